@@ -20,7 +20,9 @@ run: setup-vllm ## Start the local stack: vLLM (CPU) + health sidecar + Promethe
 	@$(PY) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
 test: setup-vllm ## Set up and run every test
-	@$(PY) -m pytest $(PYTEST_ARGS)
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc = 5 ]; then echo "make test: pytest collected no tests: a broken test tree, not a pass" >&2; fi; \
+	  exit $$rc
 
 test-fast: setup ## Tests that need no vLLM server
 	@$(PY) -m pytest -m "not live" $(PYTEST_ARGS)

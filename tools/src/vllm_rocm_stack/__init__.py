@@ -1,1 +1,1 @@
-"""placeholder until implemented."""
+"""The local stack behind `make run`: a real vLLM (CPU build) + the health sidecar + Prometheus with the shipped alert rules."""

@@ -1,0 +1,7 @@
+"""`python -m vllm_rocm_patches` (how the image build runs the tool with PYTHONPATH=patches/src)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,177 @@
+"""Command line: `vllm-rocm-patches [--series-dir DIR] COMMAND ...`, as fixed in docs/contracts.md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import __version__, engine, series, target
+from .errors import EXIT_OK, PatchToolError, UsageError
+
+log = logging.getLogger("vllm_rocm_patches")
+
+DESCRIPTION = """\
+Apply the vLLM ROCm patch series to an installed vLLM, exactly and atomically.
+
+The series (one directory per supported vLLM release under patches/) fixes the CUDA-graph support the
+AITER FlashAttention backend declares (vllm#25104). vLLM is located without importing it: give a
+site-packages directory (or an unpacked wheel root) as TARGET, or --python PYEXE to use that
+interpreter's site-packages. The release is read from the vllm dist-info METADATA and vllm/_version.py,
+and every target file must have the sha256 recorded for that release before anything is changed.
+
+commands:
+  status TARGET [--json]             per patch: applicable / applied / fixed upstream / not needed / conflict
+  apply  TARGET [--report F] [--dry-run]
+                                     apply what is applicable (no fuzz; all files or none; idempotent)
+  verify TARGET [--report F]         check the post-conditions on disk (parsed with ast) and the RECORD
+  revert TARGET                      restore the released files
+  list                               the releases and patches the series holds
+
+exit codes: 0 success (also: nothing to do), 1 conflict / hash mismatch / post-condition failed,
+2 bad usage or TARGET not found.
+"""
+
+
+def _add_target(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target",
+        nargs="?",
+        metavar="TARGET",
+        help="site-packages directory or unpacked wheel root holding vllm/ and vllm-*.dist-info/",
+    )
+    p.add_argument(
+        "--python",
+        metavar="PYEXE",
+        help="use the site-packages of this interpreter instead of TARGET (vLLM is not imported)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-rocm-patches",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--series-dir",
+        type=Path,
+        default=None,
+        help=f"the series directory (default: this repository's patches/; env {series.ENV_SERIES_DIR})",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("status", help="what each patch's state is on TARGET")
+    _add_target(p)
+    p.add_argument("--json", action="store_true", help="print the machine-readable report instead")
+    p = sub.add_parser("apply", help="apply the series to TARGET")
+    _add_target(p)
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report to FILE")
+    p.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
+    p = sub.add_parser("verify", help="check the post-conditions on TARGET")
+    _add_target(p)
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report to FILE")
+    p = sub.add_parser("revert", help="restore TARGET's released files")
+    _add_target(p)
+    sub.add_parser("list", help="list the releases and patches in the series")
+    return parser
+
+
+def _human(rep: engine.Report) -> str:
+    t = rep.target
+    head = f"vLLM {t.version} at {t.root}"
+    if rep.known:
+        head += f" -- series {rep.series_id} (sha256 {rep.series_sha256[:12]})"
+    else:
+        head += " -- not a release the series knows; judged by file content"
+    lines = [head]
+    for e in rep.entries:
+        lines.append(
+            f"  {e.id}: {e.state.replace('-', ' ')}" + (f" [{e.action}]" if e.action != "none" else "")
+        )
+        lines.append(f"      {e.message}")
+        for c in e.postconditions:
+            # before apply the post-conditions are expected not to hold yet: say "todo", not "FAIL"
+            mark = "ok  " if c.ok else "todo" if e.state == engine.APPLICABLE else "FAIL"
+            lines.append(f"      {mark} {c.description} (found {c.found})")
+    for note in rep.record_notes:
+        lines.append(f"  {note}")
+    lines.append(rep.summary or ("ok" if rep.exit_code == EXIT_OK else "failed"))
+    return "\n".join(lines)
+
+
+def _list(sset: series.SeriesSet) -> str:
+    lines = [f"series {sset.root} (sha256 {sset.sha256[:12]})"]
+    for rel, rs in sorted(sset.releases.items(), key=lambda kv: [int(x) for x in kv[0].split(".")]):
+        for e in rs.entries:
+            what = (
+                e.patch_name
+                if e.patch_name
+                else e.state.replace("-", " ") + (f": {e.upstream}" if e.upstream else "")
+            )
+            lines.append(f"  vllm {rel:<9} {e.fix}: {what}")
+    for fix in sset.fixes.values():
+        lines.append(f"  upstream states of {fix.id}:")
+        for u in fix.upstream_states:
+            lines.append(f"    {u['releases']:<42} {u['state']:<15} {u.get('line', '')}")
+    return "\n".join(lines)
+
+
+def _write_report(path: Path | None, data: dict[str, Any]) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the report {path}: {exc}") from None
+    log.info("report written to %s", path)
+
+
+def run(args: argparse.Namespace) -> int:
+    sset = series.load(args.series_dir or series.default_series_dir())
+    if args.command == "list":
+        print(_list(sset))
+        return EXIT_OK
+    if args.target and args.python:
+        raise UsageError("give either TARGET or --python, not both")
+    tgt = target.detect(target.resolve_root(args.target, args.python))
+    if args.command == "status":
+        rep = engine.analyze(sset, tgt, "status")
+        rep.summary = "ok" if rep.exit_code == EXIT_OK else "conflicts found"
+    elif args.command == "apply":
+        rep = engine.apply(sset, tgt, dry_run=args.dry_run)
+    elif args.command == "verify":
+        rep = engine.verify(sset, tgt)
+    else:
+        rep = engine.revert(sset, tgt)
+    data = rep.to_json()
+    _write_report(getattr(args, "report", None), data)
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        print(_human(rep))
+    return rep.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(
+        level=level, format="vllm-rocm-patches: %(levelname)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        return run(args)
+    except PatchToolError as exc:
+        log.error("%s", exc)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

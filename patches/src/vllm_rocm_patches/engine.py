@@ -1,0 +1,440 @@
+"""status / apply / verify / revert: decide each entry's state from the files on disk, act all-or-nothing."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__, fsio, pysource, series, unidiff
+from .errors import EXIT_FAILED, EXIT_OK, PatchConflict, SeriesError
+from .target import Target
+
+log = logging.getLogger(__name__)
+
+# Per-entry states (the words `status` prints, with '-' shown as ' ').
+APPLICABLE = "applicable"
+APPLIED = "applied"
+FIXED_UPSTREAM = "fixed-upstream"
+NOT_NEEDED = "not-needed"
+CONFLICT = "conflict"
+AFFECTED = "affected"  # unknown release whose file still has the bug: the series has nothing for it
+OK_STATES = (APPLICABLE, APPLIED, FIXED_UPSTREAM, NOT_NEEDED)
+
+
+@dataclass
+class EntryResult:
+    id: str
+    fix: str
+    kind: str  # patch | fixed-upstream | not-needed | content (release unknown to the series)
+    state: str
+    message: str
+    action: str = "none"  # none | applied | reverted | would-apply | would-revert
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    postconditions: list[pysource.CheckResult] = field(default_factory=list)
+    evidence: dict[str, bool] = field(default_factory=dict)
+    # new file contents for apply (forward) and revert (reverse), computed in memory during analysis
+    forward: dict[str, bytes] = field(default_factory=dict)
+    reverse: dict[str, bytes] = field(default_factory=dict)
+    spec: series.Entry | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "fix": self.fix,
+            "kind": self.kind,
+            "state": self.state,
+            "message": self.message,
+            "action": self.action,
+            "files": self.files,
+            "evidence": self.evidence,
+            "postconditions": [c.to_json() for c in self.postconditions],
+        }
+
+
+@dataclass
+class Report:
+    command: str
+    target: Target
+    series_root: Path
+    series_id: str | None
+    series_sha256: str
+    known: bool
+    entries: list[EntryResult] = field(default_factory=list)
+    exit_code: int = EXIT_OK
+    changed: bool = False
+    summary: str = ""
+    record_notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tool": "vllm-rocm-patches",
+            "tool_version": __version__,
+            "command": self.command,
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "target": str(self.target.root),
+            "release": {
+                "version": self.target.version,
+                "release": self.target.release,
+                "sources": self.target.sources,
+                "known_to_series": self.known,
+            },
+            "series": {"id": self.series_id, "sha256": self.series_sha256, "dir": str(self.series_root)},
+            "entries": [e.to_json() for e in self.entries],
+            "changed": self.changed,
+            "ok": self.exit_code == EXIT_OK,
+            "exit_code": self.exit_code,
+            "summary": self.summary,
+            "record": self.record_notes,
+        }
+
+
+def _read(root: Path, rel: str) -> bytes | None:
+    try:
+        return (root / rel).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _decode(data: bytes, rel: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchConflict(f"{rel} is not UTF-8 text: {exc}") from None
+
+
+def _checks(entry: series.Entry, contents: dict[str, bytes]) -> list[pysource.CheckResult]:
+    results = []
+    for cond in entry.postconditions:
+        data = contents.get(cond["file"])
+        if data is None:
+            results.append(pysource.CheckResult(f"{cond['file']} exists", False, "missing"))
+        else:
+            results.append(pysource.check(_decode(data, cond["file"]), cond["file"], cond))
+    return results
+
+
+def _patch_texts(fps: list[unidiff.FilePatch], current: dict[str, bytes], reverse: bool) -> dict[str, bytes]:
+    out = {}
+    for fp in fps:
+        fp = fp.reversed() if reverse else fp
+        out[fp.path] = unidiff.apply_to_text(_decode(current[fp.path], fp.path), fp).encode("utf-8")
+    return out
+
+
+def _analyze_patch(entry: series.Entry, root: Path, release: str) -> EntryResult:
+    res = EntryResult(entry.id, entry.fix, "patch", CONFLICT, "", spec=entry)
+    current: dict[str, bytes] = {}
+    problems: list[str] = []
+    states = set()
+    for rel, hashes in entry.files.items():
+        data = _read(root, rel)
+        pristine, patched = hashes["pristine_sha256"], hashes["patched_sha256"]
+        actual = fsio.sha256_bytes(data) if data is not None else None
+        res.files[rel] = {"before": actual, "pristine_sha256": pristine, "patched_sha256": patched}
+        if data is None:
+            problems.append(f"{rel}: file missing (vLLM {release} ships it)")
+            continue
+        current[rel] = data
+        if actual == pristine:
+            states.add(APPLICABLE)
+        elif actual == patched:
+            states.add(APPLIED)
+        else:
+            problems.append(
+                f"{rel}: sha256 mismatch: expected pristine {pristine} (vLLM {release})"
+                f" or patched {patched}, found {actual}; refusing to patch a file that is not the"
+                f" released one"
+            )
+    if problems:
+        res.message = "; ".join(problems)
+        return res
+    res.postconditions = _checks(entry, current)  # what the files on disk say now
+    if states == {APPLIED}:
+        try:
+            res.reverse = _patch_texts(entry.file_patches, current, reverse=True)
+        except PatchConflict as exc:
+            res.message = f"patched hash matches but the patch does not reverse-apply: {exc}"
+            return res
+        res.state, res.message = APPLIED, "already applied"
+    elif states == {APPLICABLE}:
+        try:
+            res.forward = _patch_texts(entry.file_patches, current, reverse=False)
+        except PatchConflict as exc:
+            res.message = str(exc)
+            return res
+        for rel, data in res.forward.items():
+            got = fsio.sha256_bytes(data)
+            if got != entry.files[rel]["patched_sha256"]:
+                res.message = (
+                    f"{rel}: patch result has sha256 {got}, series.json expects "
+                    f"{entry.files[rel]['patched_sha256']} (broken series)"
+                )
+                return res
+        # checked on the result before anything is written
+        failed = [c for c in _checks(entry, res.forward) if not c.ok]
+        if failed:
+            res.message = "the patched text would fail: " + "; ".join(
+                f"{c.description} (found {c.found})" for c in failed
+            )
+            return res
+        res.state, res.message = APPLICABLE, "pristine, the patch applies exactly"
+    else:
+        res.message = "some files are patched and others pristine: " + ", ".join(
+            f"{k}={v['before']}" for k, v in res.files.items()
+        )
+    return res
+
+
+def _analyze_record(entry: series.Entry, root: Path, release: str, sset: series.SeriesSet) -> EntryResult:
+    """A fixed-upstream / not-needed entry: nothing to write; check the file really is in that state."""
+    res = EntryResult(entry.id, entry.fix, entry.state, CONFLICT, "")
+    current: dict[str, bytes] = {}
+    notes: list[str] = []
+    for rel, hashes in entry.files.items():
+        data = _read(root, rel)
+        actual = fsio.sha256_bytes(data) if data is not None else None
+        res.files[rel] = {"before": actual, "pristine_sha256": hashes["pristine_sha256"]}
+        if data is None:
+            res.message = f"{rel}: file missing (vLLM {release} ships it)"
+            return res
+        current[rel] = data
+        if actual != hashes["pristine_sha256"]:
+            notes.append(
+                f"{rel} differs from the released file (expected sha256 {hashes['pristine_sha256']},"
+                f" found {actual})"
+            )
+    for kind, ref in entry.evidence.items():
+        fps = series.load_patch_ref(sset, ref)
+        fwd = all(
+            fp.path in current and unidiff.applies(_decode(current[fp.path], fp.path), fp) for fp in fps
+        )
+        rev = all(
+            fp.path in current and unidiff.applies(_decode(current[fp.path], fp.path), fp.reversed())
+            for fp in fps
+        )
+        res.evidence[f"{ref} reverse-applies"] = rev
+        res.evidence[f"{ref} applies"] = fwd
+        if kind == "reverse_applies" and rev:
+            notes.append(f"{ref} reverse-applies")
+        elif kind == "applies_in_neither_direction" and not fwd and not rev:
+            notes.append(f"{ref} applies in neither direction")
+    res.postconditions = _checks(entry, current)
+    failed = [c for c in res.postconditions if not c.ok]
+    if failed:
+        res.message = "expected upstream state not found: " + "; ".join(
+            f"{c.description} (found {c.found})" for c in failed
+        )
+        return res
+    what = "fixed upstream" if entry.state == FIXED_UPSTREAM else "not needed"
+    detail = entry.upstream or ""
+    res.state = entry.state
+    res.message = f"{what}: {detail}" + (f" ({'; '.join(notes)})" if notes else "")
+    return res
+
+
+def _short(value: str) -> str:
+    return value.rsplit(".", 1)[-1]
+
+
+def _analyze_unknown(fix: series.Fix, target: Target, sset: series.SeriesSet) -> EntryResult:
+    """A release the series does not know: classify by what the file declares, never patch."""
+    v = target.version
+    res = EntryResult(f"{fix.id} (content)", fix.id, "content", CONFLICT, "")
+    data = _read(target.root, fix.file)
+    res.files[fix.file] = {"before": fsio.sha256_bytes(data) if data is not None else None}
+    if data is None:
+        res.state = NOT_NEEDED
+        res.message = (
+            f"unknown release {v}: {fix.file} is absent -> no AITER FA backend here, nothing to apply"
+        )
+        return res
+    try:
+        found = pysource.declared_support(_decode(data, fix.file), fix.file, fix.cls, fix.attributes)
+    except SyntaxError as exc:
+        res.message = f"unknown release {v}: {fix.file} does not parse: {exc}"
+        return res
+    if found is None:
+        res.message = (
+            f"unknown release {v}: class {fix.cls} sets none of {fix.attributes} in {fix.file};"
+            " cannot tell whether the fix is needed"
+        )
+        return res
+    attr, value = found
+    rule = fix.content_states.get(value)
+    res.postconditions = [
+        pysource.CheckResult(f"{fix.cls}.{attr}", rule is not None and rule["state"] in OK_STATES, value)
+    ]
+    if rule is None:
+        res.message = f"unknown release {v}: file declares {attr} = {value}, which the series does not know"
+        return res
+    res.state = rule["state"]
+    res.message = f"unknown release {v}: file declares {_short(value)} -> {rule['why']}"
+    same = [
+        rs.id
+        for rs in sset.releases.values()
+        for e in rs.entries
+        if e.files.get(fix.file, {}).get("pristine_sha256") == res.files[fix.file]["before"]
+    ]
+    if same:
+        res.message += f" (the file is byte-identical to the pristine file of {', '.join(same)})"
+    return res
+
+
+def analyze(sset: series.SeriesSet, target: Target, command: str) -> Report:
+    rs = sset.releases.get(target.release) if target.is_final_release else None
+    rep = Report(
+        command,
+        target,
+        sset.root,
+        rs.id if rs else None,
+        sset.series_sha256(rs.release) if rs else sset.sha256,
+        known=rs is not None,
+    )
+    if rs is None:
+        log.info(
+            "vLLM %s is not a release the series knows (%s); classifying by file content",
+            target.version,
+            ", ".join(sorted(sset.releases)),
+        )
+        rep.entries = [_analyze_unknown(fix, target, sset) for fix in sset.fixes.values()]
+    else:
+        for entry in rs.entries:
+            if entry.state == "patch":
+                rep.entries.append(_analyze_patch(entry, target.root, rs.release))
+            else:
+                rep.entries.append(_analyze_record(entry, target.root, rs.release, sset))
+    bad = [e for e in rep.entries if e.state not in OK_STATES]
+    rep.exit_code = EXIT_FAILED if bad else EXIT_OK
+    return rep
+
+
+def _record_path(target: Target) -> Path | None:
+    if target.dist_info is None:
+        return None
+    p = target.dist_info / "RECORD"
+    return p if p.is_file() else None
+
+
+def _write(target: Target, contents: dict[str, bytes], rep: Report) -> None:
+    """Write every changed file plus the RECORD in one all-or-nothing step."""
+    writer = fsio.AtomicWriter()
+    try:
+        for rel, data in contents.items():
+            writer.stage(target.root / rel, data)
+        record = _record_path(target)
+        if record is not None:
+            new_record, missing = fsio.updated_record(record.read_text(encoding="utf-8"), contents)
+            for rel in missing:
+                rep.record_notes.append(f"{record.name} has no line for {rel}; left as is")
+            if new_record != record.read_text(encoding="utf-8"):
+                writer.stage(record, new_record.encode("utf-8"))
+                rep.record_notes.append(
+                    f"updated {target.dist_info.name}/RECORD for {', '.join(sorted(contents))}"
+                )
+        else:
+            rep.record_notes.append("no dist-info RECORD found; nothing to keep consistent")
+    except BaseException:
+        writer.abort()
+        raise
+    writer.commit()
+
+
+def _fill_after(rep: Report, target: Target) -> None:
+    for e in rep.entries:
+        for rel, info in e.files.items():
+            info["after"] = fsio.sha256_file(target.root / rel)
+
+
+def apply(sset: series.SeriesSet, target: Target, dry_run: bool = False) -> Report:
+    rep = analyze(sset, target, "apply")
+    if rep.exit_code != EXIT_OK:
+        _fill_after(rep, target)
+        rep.summary = "refused: " + "; ".join(e.message for e in rep.entries if e.state not in OK_STATES)
+        return rep
+    todo = [e for e in rep.entries if e.state == APPLICABLE]
+    contents: dict[str, bytes] = {}
+    for e in todo:
+        overlap = set(contents) & set(e.forward)
+        if overlap:  # series.load refuses this; keep the guard so a stacked series can never half-apply
+            raise SeriesError(f"two patches of one release touch {sorted(overlap)}; not supported")
+        contents.update(e.forward)
+    if not todo:
+        rep.summary = "nothing to do: " + "; ".join(
+            f"{e.id}: {e.state.replace('-', ' ')}" for e in rep.entries
+        )
+    elif dry_run:
+        for e in todo:
+            e.action = "would-apply"
+        rep.summary = f"dry run: would apply {len(todo)} patch(es); nothing written"
+    else:
+        _write(target, contents, rep)
+        for e in todo:
+            e.action, e.state, e.message = "applied", APPLIED, "applied now"
+            e.postconditions = _checks(e.spec, e.forward) if e.spec else e.postconditions
+        rep.changed = True
+        rep.summary = f"applied {len(todo)} patch(es)"
+    _fill_after(rep, target)
+    return rep
+
+
+def revert(sset: series.SeriesSet, target: Target) -> Report:
+    rep = analyze(sset, target, "revert")
+    if rep.exit_code != EXIT_OK:
+        _fill_after(rep, target)
+        rep.summary = "refused: " + "; ".join(e.message for e in rep.entries if e.state not in OK_STATES)
+        return rep
+    todo = [e for e in rep.entries if e.state == APPLIED]
+    contents: dict[str, bytes] = {}
+    for e in todo:
+        contents.update(e.reverse)
+    if todo:
+        _write(target, contents, rep)
+        for e in todo:
+            e.action, e.state, e.message = "reverted", APPLICABLE, "reverted to the released file"
+            e.postconditions = _checks(e.spec, e.reverse) if e.spec else e.postconditions
+        rep.changed = True
+        rep.summary = f"reverted {len(todo)} patch(es)"
+    else:
+        rep.summary = "nothing to revert: " + "; ".join(
+            f"{e.id}: {e.state.replace('-', ' ')}" for e in rep.entries
+        )
+    _fill_after(rep, target)
+    return rep
+
+
+def verify(sset: series.SeriesSet, target: Target) -> Report:
+    """Post-conditions hold on disk: patches applied (and RECORD consistent), upstream states as recorded."""
+    rep = analyze(sset, target, "verify")
+    failures: list[str] = []
+    record = _record_path(target)
+    record_text = record.read_text(encoding="utf-8") if record else ""
+    for e in rep.entries:
+        if e.state == APPLICABLE:
+            failures.append(f"{e.id}: not applied (run `apply`)")
+        elif e.state not in OK_STATES:
+            failures.append(f"{e.id}: {e.message}")
+        failures.extend(
+            f"{e.id}: post-condition failed: {c.description} (found {c.found})"
+            for c in e.postconditions
+            if not c.ok
+        )
+        if e.kind == "patch" and e.state == APPLIED and record_text:
+            for rel in e.files:
+                entry = fsio.record_entry(record_text, rel)
+                data = (target.root / rel).read_bytes()
+                if entry is not None and entry != (fsio.record_hash(data), str(len(data))):
+                    failures.append(
+                        f"{e.id}: RECORD line for {rel} says {entry[0]} but the file is "
+                        f"{fsio.record_hash(data)}"
+                    )
+    _fill_after(rep, target)
+    rep.exit_code = EXIT_FAILED if failures else EXIT_OK
+    rep.summary = (
+        "verify failed: " + "; ".join(dict.fromkeys(failures))
+        if failures
+        else "verified: every post-condition holds"
+    )
+    return rep

@@ -1,0 +1,233 @@
+"""Load the series directory: `index.json` (what is known about each fix), one `vllm-<release>/` per release.
+
+A release directory holds a quilt `series` file (patch names in order, `#` comments), the `*.patch` files
+with DEP-3 headers, and `series.json` (machine-readable: targets, pristine/patched sha256, post-conditions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import dep3, unidiff
+from .errors import SeriesError
+
+ENV_SERIES_DIR = "VLLM_ROCM_PATCHES_DIR"
+ENTRY_STATES = ("patch", "fixed-upstream", "not-needed")
+
+
+def default_series_dir() -> Path:
+    env = os.environ.get(ENV_SERIES_DIR)
+    if env:
+        return Path(env)
+    # patches/src/vllm_rocm_patches/series.py -> patches/
+    return Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Fix:
+    id: str
+    title: str
+    file: str
+    cls: str
+    attributes: list[str]
+    content_states: dict[str, dict[str, str]]
+    upstream_states: list[dict[str, Any]]
+
+
+@dataclass
+class Entry:
+    """One line of a release's plan: a patch to apply, or a record that the fix is upstream / not needed."""
+
+    fix: str
+    state: str  # one of ENTRY_STATES
+    files: dict[str, dict[str, str]]  # path -> {"pristine_sha256", ["patched_sha256"]}
+    postconditions: list[dict[str, Any]]
+    patch_name: str | None = None
+    targets: list[str] = field(default_factory=list)
+    upstream: str = ""
+    evidence: dict[str, str] = field(default_factory=dict)
+    file_patches: list[unidiff.FilePatch] = field(default_factory=list)
+    header: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.patch_name or f"{self.fix} ({self.state})"
+
+
+@dataclass
+class ReleaseSeries:
+    release: str
+    directory: Path
+    entries: list[Entry]
+    sha256: str = ""  # over index.json and this release's files, as loaded
+
+    @property
+    def id(self) -> str:
+        return self.directory.name
+
+
+@dataclass
+class SeriesSet:
+    root: Path
+    fixes: dict[str, Fix]
+    releases: dict[str, ReleaseSeries]
+    sha256: str  # over index.json and every release directory's files: what the image build records
+
+    def series_sha256(self, release: str) -> str:
+        return self.releases[release].sha256
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SeriesError(f"series file missing: {path}") from None
+    except json.JSONDecodeError as exc:
+        raise SeriesError(f"{path}: invalid JSON: {exc}") from None
+
+
+def read_series_file(path: Path) -> list[str]:
+    """Patch names listed in a quilt `series` file (comments and blanks dropped, `-pN` other than -p1 refused)."""
+    names = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) > 1 and parts[1:] != ["-p1"]:
+            raise SeriesError(f"{path}: only -p1 patches are supported: {raw!r}")
+        names.append(parts[0])
+    return names
+
+
+def _release_files(directory: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.is_file() and (p.name in ("series", "series.json") or p.suffix == ".patch")
+    )
+
+
+def _hash_files(root: Path, files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(p.read_bytes()).hexdigest().encode() + b"\n")
+    return h.hexdigest()
+
+
+def _load_fixes(root: Path) -> dict[str, Fix]:
+    index = _load_json(root / "index.json")
+    fixes = {}
+    for raw in index.get("fixes", []):
+        try:
+            fixes[raw["id"]] = Fix(
+                raw["id"],
+                raw.get("title", ""),
+                raw["file"],
+                raw["class"],
+                list(raw["attributes"]),
+                dict(raw["content_states"]),
+                list(raw.get("upstream_states", [])),
+            )
+        except KeyError as exc:
+            raise SeriesError(f"{root / 'index.json'}: fix is missing key {exc}") from None
+    return fixes
+
+
+def _load_release(directory: Path, fixes: dict[str, Fix]) -> ReleaseSeries:
+    meta_path = directory / "series.json"
+    meta = _load_json(meta_path)
+    release = str(meta.get("release", ""))
+    if directory.name != f"vllm-{release}":
+        raise SeriesError(
+            f"{meta_path}: release {release!r} does not match the directory name {directory.name!r}"
+        )
+    listed = read_series_file(directory / "series") if (directory / "series").is_file() else None
+    if listed is None:
+        raise SeriesError(f"{directory}: no quilt 'series' file")
+    entries = []
+    for raw in meta.get("entries", []):
+        entries.append(_load_entry(raw, directory, meta_path, fixes))
+    seen: dict[str, str] = {}
+    for e in entries:  # one entry per file per release keeps every state decidable from a single hash
+        for path in e.files:
+            if path in seen:
+                raise SeriesError(
+                    f"{meta_path}: {path} is used by both {seen[path]} and {e.id}; stack them into one patch"
+                )
+            seen[path] = e.id
+    in_meta = [e.patch_name for e in entries if e.patch_name]
+    if in_meta != listed:
+        raise SeriesError(f"{directory}: 'series' lists {listed} but series.json describes {in_meta}")
+    sha = _hash_files(directory.parent, [directory.parent / "index.json", *_release_files(directory)])
+    return ReleaseSeries(release, directory, entries, sha)
+
+
+def _load_entry(raw: dict[str, Any], directory: Path, meta_path: Path, fixes: dict[str, Fix]) -> Entry:
+    try:
+        entry = Entry(
+            fix=raw["fix"],
+            state=raw["state"],
+            files=dict(raw["files"]),
+            postconditions=list(raw["postconditions"]),
+            patch_name=raw.get("patch"),
+            targets=list(raw.get("targets", [])),
+            upstream=raw.get("upstream", ""),
+            evidence=dict(raw.get("evidence", {})),
+        )
+    except KeyError as exc:
+        raise SeriesError(f"{meta_path}: entry is missing key {exc}") from None
+    if entry.fix not in fixes:
+        raise SeriesError(f"{meta_path}: unknown fix {entry.fix!r} (not in index.json)")
+    if entry.state not in ENTRY_STATES:
+        raise SeriesError(f"{meta_path}: state {entry.state!r} is not one of {ENTRY_STATES}")
+    for path, hashes in entry.files.items():
+        if "pristine_sha256" not in hashes or (entry.state == "patch" and "patched_sha256" not in hashes):
+            raise SeriesError(
+                f"{meta_path}: {path}: pristine_sha256 (and patched_sha256 for patches) required"
+            )
+    if entry.state == "patch":
+        if not entry.patch_name:
+            raise SeriesError(f"{meta_path}: a 'patch' entry needs a 'patch' file name")
+        patch_path = directory / entry.patch_name
+        if not patch_path.is_file():
+            raise SeriesError(f"{meta_path}: patch file {patch_path} is missing")
+        text = patch_path.read_text(encoding="utf-8")
+        entry.header = dep3.parse_header(text)
+        entry.file_patches = unidiff.parse(text, str(patch_path))
+        touched = sorted(fp.path for fp in entry.file_patches)
+        if touched != sorted(entry.files):
+            raise SeriesError(
+                f"{patch_path}: touches {touched} but series.json pins hashes for {sorted(entry.files)}"
+            )
+    return entry
+
+
+def load(root: Path) -> SeriesSet:
+    root = Path(root)
+    if not (root / "index.json").is_file():
+        raise SeriesError(
+            f"{root} is not a series directory (no index.json); pass --series-dir or set {ENV_SERIES_DIR}"
+        )
+    fixes = _load_fixes(root)
+    releases = {}
+    for d in sorted(root.glob("vllm-*")):
+        if d.is_dir():
+            rs = _load_release(d, fixes)
+            releases[rs.release] = rs
+    all_files = [root / "index.json"] + [f for rs in releases.values() for f in _release_files(rs.directory)]
+    return SeriesSet(root, fixes, releases, _hash_files(root, all_files))
+
+
+def load_patch_ref(sset: SeriesSet, ref: str) -> list[unidiff.FilePatch]:
+    """Parse a patch named relative to the series root (e.g. `vllm-0.10.2/0001-x.patch`), used as evidence."""
+    path = sset.root / ref
+    if not path.is_file():
+        raise SeriesError(f"evidence patch {path} is missing")
+    return unidiff.parse(path.read_text(encoding="utf-8"), str(path))

@@ -1,0 +1,107 @@
+"""The series directory itself: DEP-3 headers, quilt series files, metadata pinned to the real releases."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from vllm_rocm_patches import dep3, series, unidiff
+from vllm_rocm_patches.errors import SeriesError
+
+from tests.support.vllm_releases import AITER_FA, REPO_ROOT
+
+SERIES_DIR = REPO_ROOT / "patches"
+
+RELEASE_DIRS = sorted(p for p in SERIES_DIR.glob("vllm-*") if p.is_dir())
+
+
+def test_series_covers_the_supported_releases() -> None:
+    sset = series.load(SERIES_DIR)
+    assert set(sset.releases) == {"0.10.1.1", "0.10.2", "0.11.0", "0.33.0"}
+    states = {r: [e.state for e in rs.entries] for r, rs in sset.releases.items()}
+    assert states == {
+        "0.10.1.1": ["patch"],
+        "0.10.2": ["patch"],
+        "0.11.0": ["fixed-upstream"],
+        "0.33.0": ["not-needed"],
+    }
+
+
+@pytest.mark.parametrize("release_dir", RELEASE_DIRS, ids=lambda p: p.name)
+def test_series_file_lists_exactly_the_patch_files(release_dir: Path) -> None:
+    listed = series.read_series_file(release_dir / "series")
+    present = sorted(p.name for p in release_dir.glob("*.patch"))
+    assert sorted(listed) == present
+    assert len(set(listed)) == len(listed)
+
+
+@pytest.mark.parametrize("patch", sorted(SERIES_DIR.glob("vllm-*/*.patch")), ids=lambda p: p.parent.name)
+def test_dep3_header_has_required_fields(patch: Path) -> None:
+    fields = dep3.parse_header(patch.read_text())
+    assert dep3.missing_fields(fields) == []
+    assert "github.com/vllm-project/vllm/pull/25104" in fields["Origin"]
+    assert fields["Applied-Upstream"].startswith("0.11.0")
+    assert len(fields["Description"].splitlines()) > 1  # a summary plus the why
+
+
+def test_dep3_missing_fields_are_reported() -> None:
+    assert dep3.missing_fields(dep3.parse_header("Description: x\nOrigin: y\n---\n")) == [
+        "Bug",
+        "Applied-Upstream",
+        "Last-Update",
+    ]
+
+
+@pytest.mark.parametrize("release_dir", RELEASE_DIRS, ids=lambda p: p.name)
+def test_pinned_pristine_hashes_are_the_real_released_files(release_dir: Path, vllm_release) -> None:
+    meta = json.loads((release_dir / "series.json").read_text())
+    tree = vllm_release(meta["release"])
+    for entry in meta["entries"]:
+        for rel, hashes in entry["files"].items():
+            assert hashlib.sha256((tree / rel).read_bytes()).hexdigest() == hashes["pristine_sha256"], rel
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch not installed")
+@pytest.mark.parametrize("release", ["0.10.1.1", "0.10.2"])
+def test_gnu_patch_agrees_with_the_strict_applier(release: str, release_copy) -> None:
+    """Cross-check our applier against GNU patch on the real file: same bytes out."""
+    tree = release_copy(release)
+    patch_file = next((SERIES_DIR / f"vllm-{release}").glob("*.patch"))
+    ours = unidiff.apply_to_text((tree / AITER_FA).read_text(), unidiff.parse(patch_file.read_text())[0])
+    subprocess.run(["patch", "-p1", "--fuzz=0", "--quiet", "-i", str(patch_file)], cwd=tree, check=True)
+    assert (tree / AITER_FA).read_text() == ours
+
+
+def test_series_hash_changes_with_any_patch_byte(tmp_path: Path) -> None:
+    copy = tmp_path / "patches"
+    shutil.copytree(SERIES_DIR, copy, ignore=shutil.ignore_patterns("src", "*.md"))
+    before = series.load(copy)
+    p = next(copy.glob("vllm-0.10.2/*.patch"))
+    p.write_text(p.read_text().replace("Last-Update: ", "Last-Update:  "))
+    after = series.load(copy)
+    assert after.sha256 != before.sha256
+    assert after.series_sha256("0.10.2") != before.series_sha256("0.10.2")
+    assert after.series_sha256("0.10.1.1") == before.series_sha256("0.10.1.1")
+
+
+def test_broken_series_is_refused(tmp_path: Path) -> None:
+    copy = tmp_path / "patches"
+    shutil.copytree(SERIES_DIR, copy, ignore=shutil.ignore_patterns("src", "*.md"))
+    (copy / "vllm-0.10.2" / "series").write_text("0001-missing.patch\n")
+    with pytest.raises(SeriesError, match="series' lists"):
+        series.load(copy)
+
+
+def test_metadata_hash_mismatch_with_patch_is_refused(tmp_path: Path) -> None:
+    copy = tmp_path / "patches"
+    shutil.copytree(SERIES_DIR, copy, ignore=shutil.ignore_patterns("src", "*.md"))
+    meta_path = copy / "vllm-0.10.2" / "series.json"
+    meta = json.loads(meta_path.read_text())
+    meta["entries"][0]["files"]["vllm/other.py"] = meta["entries"][0]["files"].pop(AITER_FA)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(SeriesError, match="pins hashes for"):
+        series.load(copy)

@@ -1,0 +1,68 @@
+"""`vllm-rocm-stack`: the local stack behind `make run`."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .config import REPO, StackConfig
+
+DESCRIPTION = """\
+Run the distribution's whole stack on one machine.
+
+  cpu   (default) a real vLLM CPU build serving a small offline model, the health sidecar following its
+        log and API (capture state + accuracy canary), and Prometheus scraping both with the shipped
+        alert rules. Needs no GPU and no network. Set up first with `make setup-vllm` (make run does it).
+  rocm  on a real AMD GPU node: `docker compose -f docker/compose.yaml up` with the ROCm images.
+
+Select with --target or VLLM_ROCM_STACK_TARGET. Stops everything cleanly on Ctrl-C.
+"""
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(StackConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        helptext = f.metadata.get("help", "")
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helptext)
+        else:
+            kind = Path if f.name in ("workdir", "model", "baseline") else type(default)
+            parser.add_argument(flag, type=kind, default=default,
+                                help=f"{helptext} (default: {default})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm-rocm-stack", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="start the stack and keep it running until Ctrl-C",
+                         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--target", choices=("cpu", "rocm"), default=os.environ.get("VLLM_ROCM_STACK_TARGET", "cpu"),
+                     help="cpu: local CPU stack (default); rocm: docker compose on an AMD node")
+    run.add_argument("--compose-file", type=Path, default=REPO / "docker" / "compose.yaml",
+                     help="compose file for --target rocm")
+    run.add_argument("--profile", action="append", default=["monitoring"],
+                     help="compose profiles for --target rocm (default: monitoring)")
+    _add_config_flags(run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .stack import run_compose, run_stack  # late: keeps --help instant
+
+    if args.target == "rocm":
+        return run_compose(args.compose_file, args.profile)
+    cfg = StackConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(StackConfig)})
+    return run_stack(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Child processes of the local stack: started with their output in a log file, stopped gently, then firmly."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class ManagedProcess:
+    """One child process whose stdout+stderr go to `log_path`."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        log.debug("starting %s: %s", self.name, " ".join(self.argv))
+        # A new session so that Ctrl-C in the terminal reaches only us; we stop children in order.
+        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.env, cwd=self.cwd, start_new_session=True)
+        out.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            data = self.log_path.read_bytes()[-20000:]
+        except OSError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+    def stop(self, timeout: float = 20.0, sig: int = signal.SIGINT) -> int | None:
+        """Signal the process group, wait up to `timeout`, then SIGKILL it. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.5, on_tick=None) -> bool:
+    """Poll `predicate` until it is true or `timeout` seconds pass; `on_tick(elapsed)` reports progress."""
+    start = time.monotonic()
+    while True:
+        if predicate():
+            return True
+        elapsed = time.monotonic() - start
+        if elapsed >= timeout:
+            return False
+        if on_tick is not None:
+            on_tick(elapsed)
+        time.sleep(interval)

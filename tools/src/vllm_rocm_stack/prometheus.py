@@ -1,0 +1,116 @@
+"""A real Prometheus server for the local stack and the tests: config, start, readiness, queries, stop."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .processes import ManagedProcess, wait_until
+
+
+@dataclass
+class ScrapeTarget:
+    job: str
+    address: str  # host:port
+    metrics_path: str = "/metrics"
+
+
+@dataclass
+class PrometheusServer:
+    workdir: Path
+    port: int
+    targets: list[ScrapeTarget]
+    rule_files: list[Path] = field(default_factory=list)
+    scrape_interval: str = "2s"
+    evaluation_interval: str = "2s"
+    binary: str = "prometheus"
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_config(self) -> Path:
+        config: dict[str, Any] = {
+            "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.evaluation_interval},
+            "rule_files": [str(p.resolve()) for p in self.rule_files],
+            "scrape_configs": [
+                {"job_name": t.job, "metrics_path": t.metrics_path, "static_configs": [{"targets": [t.address]}]}
+                for t in self.targets
+            ],
+        }
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        path = self.workdir / "prometheus.yml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def start(self, timeout: float = 30.0) -> None:
+        exe = shutil.which(self.binary)
+        if exe is None:
+            raise RuntimeError("prometheus is not on PATH: run `make setup` (installs the Debian package)")
+        config = self.write_config()
+        tsdb = self.workdir / "tsdb"
+        tsdb.mkdir(parents=True, exist_ok=True)
+        self.process = ManagedProcess(
+            "prometheus",
+            [exe, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle"],
+            self.workdir / "prometheus.log",
+        )
+        self.process.start()
+        if not wait_until(self.ready, timeout, interval=0.2):
+            tail = self.process.log_tail()
+            self.stop()
+            raise RuntimeError(f"prometheus did not become ready in {timeout:.0f} s:\n{tail}")
+
+    def ready(self) -> bool:
+        if self.process is not None and not self.process.alive():
+            raise RuntimeError(f"prometheus exited:\n{self.process.log_tail()}")
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def api(self, path: str, **params: str) -> Any:
+        query = ("?" + urllib.parse.urlencode(params)) if params else ""
+        with urllib.request.urlopen(self.url + path + query, timeout=5) as r:
+            body = json.load(r)
+        if body.get("status") != "success":
+            raise RuntimeError(f"prometheus API {path}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        return self.api("/api/v1/query", query=expr)["result"]
+
+    def targets_health(self) -> dict[str, str]:
+        """job -> health ("up", "down", "unknown") of the active targets."""
+        data = self.api("/api/v1/targets")
+        return {t["labels"]["job"]: t["health"] for t in data["activeTargets"]}
+
+    def alerts(self, state: str | None = None) -> list[dict[str, Any]]:
+        alerts = self.api("/api/v1/alerts")["alerts"]
+        return [a for a in alerts if state is None or a["state"] == state]
+
+    def rules(self) -> list[dict[str, Any]]:
+        return [r for g in self.api("/api/v1/rules")["groups"] for r in g["rules"]]
+
+    def stop(self) -> None:
+        if self.process is None or not self.process.alive():
+            return
+        try:
+            urllib.request.urlopen(urllib.request.Request(self.url + "/-/quit", method="POST"), timeout=5).close()
+            deadline = time.monotonic() + 10
+            while self.process.alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        except (urllib.error.URLError, OSError):
+            pass
+        self.process.stop(timeout=5, sig=15)
