@@ -1,1 +1,1 @@
-"""The local stack behind `make run`: a real vLLM (CPU build) + the health sidecar + Prometheus with the shipped alert rules."""
+"""The local stack behind `make run`: a real vLLM (CPU build), the health sidecar, Prometheus with the alert rules."""

@@ -18,13 +18,14 @@ class StackConfig:
     sidecar_port: int = field(default=9400, metadata={"help": "health sidecar port (127.0.0.1)"})
     prometheus_port: int = field(default=9090, metadata={"help": "Prometheus port (127.0.0.1)"})
     enforce_eager: bool = field(default=True, metadata={
-        "help": "start vLLM with --enforce-eager (about 2x faster start; on CPU CUDA graphs are off anyway)"})
+        "help": "start vLLM with --enforce-eager (faster start; on CPU CUDA graphs are off anyway)"})
     canary_interval: int = field(default=60, metadata={"help": "seconds between canary runs"})
     baseline: Path | None = field(default=None, metadata={
         "help": "canary baseline JSON; default WORKDIR/baseline-<served name>.json, recorded on first run"})
     status_interval: float = field(default=10.0, metadata={"help": "seconds between status lines"})
     startup_timeout: float = field(default=600.0, metadata={"help": "seconds to wait for vLLM to become ready"})
-    exit_after: float = field(default=0.0, metadata={"help": "stop by itself after this many seconds of running (0 = until Ctrl-C)"})
+    exit_after: float = field(default=0.0, metadata={
+        "help": "stop by itself after this many seconds of running (0 = until Ctrl-C)"})
 
     @property
     def baseline_path(self) -> Path:

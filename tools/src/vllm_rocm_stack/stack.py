@@ -75,7 +75,8 @@ class Stack:
             raise RuntimeError(f"alert rules {ALERT_RULES} missing")
         # Truncate the previous run's log: the sidecar follows this file from its start.
         self.vllm.log_path.write_bytes(b"")
-        _say(f"starting vLLM (CPU) on {self.cfg.vllm_url} serving {self.cfg.served_model_name}; log {self.vllm.log_path}")
+        _say(f"starting vLLM (CPU) on {self.cfg.vllm_url} serving {self.cfg.served_model_name}; "
+             f"log {self.vllm.log_path}")
         self.vllm.start(timeout=self.cfg.startup_timeout, progress=self._progress("vLLM"))
         _say(f"vLLM is up ({self.vllm.startup_seconds:.0f} s)")
         self._ensure_baseline()

@@ -1,0 +1,187 @@
+"""One canary run: arithmetic problems under mixed prefill+decode load, an after-idle probe, and the
+fingerprint; compared with the baseline. Runs periodically in a thread of the sidecar."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from . import fingerprint, problems
+from .baseline import Baseline, BaselineError
+from .client import CanaryError, CompletionClient
+from .config import CanaryConfig
+from .metrics import CanaryMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CanaryResult:
+    outcome: str  # pass | fail | error
+    reason: str
+    score: float | None = None
+    drift: float | None = None
+    idle_probe: bool | None = None  # None: no idle probe this run
+    answers: list[int | None] = field(default_factory=list)
+    duration: float = 0.0
+
+
+def budget(cfg: CanaryConfig) -> tuple[int, int]:
+    """(problems, long prompts) that fit into max_requests next to the fingerprint texts."""
+    room = cfg.max_requests - len(fingerprint.REFERENCE_TEXTS)
+    n_problems = max(0, min(cfg.num_problems, room))
+    n_long = max(0, min(cfg.long_prompts, room - n_problems))
+    return n_problems, n_long
+
+
+class CanaryRunner:
+    def __init__(self, cfg: CanaryConfig, base_url: str, registry: CollectorRegistry, model: str | None = None) -> None:
+        self.cfg = cfg
+        self.base_url = base_url
+        self.model = model
+        self.metrics = CanaryMetrics(registry)
+        self.metrics.interval.set(cfg.interval)
+        self.metrics.tolerance.set(cfg.fingerprint_tolerance)
+        self.problems = problems.generate(cfg.seed, cfg.num_problems)
+        self.baseline: Baseline | None = None
+        self._passing: bool | None = None
+        self.last_reason = "no canary run yet"
+        self.last_result: CanaryResult | None = None
+        self._last_traffic = 0.0  # monotonic time of the last canary request; 0 = never
+        n_problems, _ = budget(cfg)
+        if n_problems < cfg.num_problems:
+            log.warning("canary: max_requests=%d leaves room for %d of %d problems", cfg.max_requests, n_problems,
+                        cfg.num_problems)
+        if cfg.baseline:
+            # A bad baseline is a configuration error: fail at start, not at the first run.
+            self.baseline = Baseline.load(Path(cfg.baseline))
+            if model is not None:
+                self.baseline.check_matches(model, cfg.seed, cfg.num_problems)
+            else:
+                self.baseline.check_matches(self.baseline.model, cfg.seed, cfg.num_problems)
+            self.metrics.threshold.set(self.threshold)
+
+    @property
+    def enabled(self) -> bool:
+        return self.baseline is not None
+
+    @property
+    def passing(self) -> bool | None:
+        return self._passing
+
+    @property
+    def threshold(self) -> float:
+        assert self.baseline is not None
+        return max(0.0, self.baseline.score - self.cfg.score_tolerance)
+
+    def _client(self) -> CompletionClient:
+        return CompletionClient(self.base_url, self.cfg.timeout, on_request=self.metrics.requests.inc,
+                                on_usage=self.metrics.count_usage)
+
+    def run_once(self) -> CanaryResult:
+        if self.baseline is None:
+            raise RuntimeError("canary has no baseline (set --canary-baseline)")
+        t0 = time.monotonic()
+        client = self._client()
+        try:
+            result = self._run(client, self.baseline, t0)
+        except (CanaryError, BaselineError) as e:
+            result = CanaryResult("error", str(e))
+        finally:
+            client.close()
+            self._last_traffic = time.monotonic()
+        result.duration = time.monotonic() - t0
+        self._record(result)
+        return result
+
+    def _run(self, client: CompletionClient, base: Baseline, t0: float) -> CanaryResult:
+        model = self.model or client.model_id()
+        base.check_matches(model, self.cfg.seed, self.cfg.num_problems)
+        n_problems, n_long = budget(self.cfg)
+        todo = self.problems[:n_problems]
+        answers: list[int | None] = [None] * len(todo)
+
+        # After idle, the first request alone: cold replays corrupted their own prefill (vllm#52150).
+        idle_ok: bool | None = None
+        idle = self._last_traffic == 0.0 or t0 - self._last_traffic >= self.cfg.idle_probe_after
+        if idle and todo:
+            answers[0] = problems.parse_answer(client.complete(model, todo[0].prompt, self.cfg.max_tokens))
+            idle_ok = answers[0] == base.answers[0]
+
+        # Long prompts in flight while the problems decode: mixed prefill+decode batches, the broken shape.
+        start = 1 if idle_ok is not None else 0
+        with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency) + n_long) as pool:
+            longs = [pool.submit(client.complete, model, problems.LONG_TEXT + f"\n\nPart {i}:", self.cfg.max_tokens)
+                     for i in range(n_long)]
+            futs = {i: pool.submit(client.complete, model, todo[i].prompt, self.cfg.max_tokens)
+                    for i in range(start, len(todo))}
+            for i, f in futs.items():
+                answers[i] = problems.parse_answer(f.result())
+            for f in longs:
+                f.result()  # a failure here is a server error too
+
+        score = problems.score(todo, answers)
+        current = [client.prompt_logprobs(model, t) for t in fingerprint.REFERENCE_TEXTS]
+        drift = fingerprint.drift(base.fingerprints, current)
+
+        failures = []
+        if score < self.threshold:
+            failures.append(f"score {score:.2f} < threshold {self.threshold:.2f} (baseline {base.score:.2f})")
+        if drift > self.cfg.fingerprint_tolerance:
+            failures.append(f"fingerprint drift {drift:.3f} > {self.cfg.fingerprint_tolerance} nats")
+        if idle_ok is False:
+            failures.append(f"after-idle probe answered {answers[0]}, baseline {base.answers[0]}")
+        outcome = "fail" if failures else "pass"
+        reason = "; ".join(failures) or f"score {score:.2f}, drift {drift:.3f}"
+        return CanaryResult(outcome, reason, score, drift, idle_ok, answers)
+
+    def _record(self, r: CanaryResult) -> None:
+        m = self.metrics
+        m.runs.labels(r.outcome).inc()
+        m.duration.observe(r.duration)
+        if r.score is not None:
+            m.score.set(r.score)
+        if r.drift is not None:
+            m.drift.set(r.drift)
+        previous = self._passing
+        # An error (server unreachable) says nothing about accuracy, but is no proof of health either.
+        self._passing = r.outcome == "pass"
+        m.passing.set(1 if self._passing else 0)
+        if self._passing:
+            m.last_success.set(time.time())
+        self.last_reason = f"canary {r.outcome}: {r.reason}"
+        self.last_result = r
+        level = logging.INFO if r.outcome == "pass" and previous is not False else logging.WARNING
+        log.log(level, "canary %s in %.1f s: %s", r.outcome, r.duration, r.reason)
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # the canary thread must never die silently
+                log.exception("canary run crashed")
+                self._passing = False
+                self.metrics.passing.set(0)
+                self.last_reason = "canary crashed (see log)"
+            stop.wait(self.cfg.interval)
+
+
+def record_baseline(cfg: CanaryConfig, base_url: str, model: str | None = None, notes: str = "") -> Baseline:
+    """Ask a known-good server the canary's questions, one at a time, and keep its answers and fingerprints."""
+    client = CompletionClient(base_url, cfg.timeout)
+    try:
+        model = model or client.model_id()
+        todo = problems.generate(cfg.seed, cfg.num_problems)
+        answers = [problems.parse_answer(client.complete(model, p.prompt, cfg.max_tokens)) for p in todo]
+        prints = [client.prompt_logprobs(model, t) for t in fingerprint.REFERENCE_TEXTS]
+        version = client.server_version()
+    finally:
+        client.close()
+    return Baseline(model=model, seed=cfg.seed, num_problems=cfg.num_problems, max_tokens=cfg.max_tokens,
+                    answers=answers, score=problems.score(todo, answers), fingerprints=prints,
+                    server_version=version, notes=notes)

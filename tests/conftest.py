@@ -1,0 +1,45 @@
+"""Session-wide fixtures: the real vLLM CPU servers (started once per test session, not per test)."""
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from vllm_rocm_stack.config import WORK
+from vllm_rocm_stack.vllm_server import VLLM_PYTHON, VllmServer
+
+MODELS = WORK / "models"
+GOOD_MODEL = MODELS / "smollm2-135m-instruct"
+BAD_MODEL = MODELS / "smollm2-135m-instruct-perturbed"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(model: Path, name: str, tmp: Path) -> VllmServer:
+    for need in (VLLM_PYTHON, model / "config.json"):
+        if not need.exists():
+            pytest.fail(f"{need} is missing: run `make setup-vllm` (make test does it)", pytrace=False)
+    server = VllmServer(model, name, free_port(), tmp / f"{name}.log")
+    server.start(timeout=420)
+    return server
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """SmolLM2-135M-Instruct on the real vLLM CPU build, --enforce-eager. Its log file is what a sidecar follows."""
+    server = _start(GOOD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_perturbed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """The same model with seeded weight noise: a real vLLM that returns HTTP 200 with wrong tokens."""
+    server = _start(BAD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm-bad"))
+    yield server
+    server.stop()

@@ -1,0 +1,136 @@
+"""Canary pieces that need no server: problems, scoring, fingerprint comparison, baselines, load bounds."""
+from __future__ import annotations
+
+import math
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
+from vllm_rocm_health.canary import fingerprint, problems
+from vllm_rocm_health.canary.baseline import Baseline, BaselineError
+from vllm_rocm_health.canary.runner import budget
+
+
+def test_problems_are_seeded_and_exact() -> None:
+    a, b = problems.generate(7, 20), problems.generate(7, 20)
+    assert a == b
+    assert a != problems.generate(8, 20)
+    for p in a:
+        x, y = (int(t) for t in p.question.split() if t.isdigit())
+        assert p.answer == x + y
+        assert p.prompt.endswith(f"Q: {p.question}\nA:")
+
+
+@pytest.mark.parametrize("text,expected", [(" 12", 12), (" 7 apples", 7), ("-3", -3), (" none", None), ("", None)])
+def test_parse_answer(text: str, expected: int | None) -> None:
+    assert problems.parse_answer(text) == expected
+
+
+def test_score_counts_exact_matches() -> None:
+    ps = problems.generate(1, 4)
+    assert problems.score(ps, [p.answer for p in ps]) == 1.0
+    assert problems.score(ps, [ps[0].answer, None, ps[2].answer + 1, ps[3].answer]) == 0.5
+
+
+def test_fingerprint_drift() -> None:
+    base = [[None, -1.0, -2.0], [None, -0.5]]
+    assert fingerprint.drift(base, base) == 0.0
+    assert fingerprint.drift(base, [[None, -1.1, -2.0], [None, -0.2]]) == pytest.approx(0.3)
+    assert math.isinf(fingerprint.drift(base, [[None, -1.0], [None, -0.5]]))  # token count changed
+    assert math.isinf(fingerprint.drift(base, base[:1]))
+
+
+def _baseline(**kw) -> Baseline:
+    args = dict(model="m", seed=1, num_problems=2, max_tokens=8, answers=[3, 4], score=1.0,
+                fingerprints=[[None, -1.0]])
+    args.update(kw)
+    return Baseline(**args)
+
+
+def test_baseline_round_trip_and_validation(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    _baseline().save(path)
+    loaded = Baseline.load(path)
+    assert loaded.answers == [3, 4]
+    loaded.check_matches("m", 1, 2)
+    with pytest.raises(BaselineError, match="model 'other' != baseline's 'm'"):
+        loaded.check_matches("other", 1, 2)
+    with pytest.raises(BaselineError, match="seed 2 != baseline's 1"):
+        loaded.check_matches("m", 2, 2)
+
+
+def test_baseline_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(BaselineError, match="not found: record one"):
+        Baseline.load(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(BaselineError, match="unreadable"):
+        Baseline.load(bad)
+    _baseline(answers=[1]).save(bad)
+    with pytest.raises(BaselineError, match="1 answers for 2 problems"):
+        Baseline.load(bad)
+
+
+def test_budget_bounds_requests() -> None:
+    n_fp = len(fingerprint.REFERENCE_TEXTS)
+    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=24)) == (12, 2)
+    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=n_fp + 5)) == (5, 0)
+    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=1)) == (0, 0)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_server_down_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    _baseline().save(path)
+    reg = CollectorRegistry()
+    runner = CanaryRunner(CanaryConfig(baseline=str(path), timeout=2, seed=1, num_problems=2), f"http://127.0.0.1:{_closed_port()}", reg, "m")
+    assert runner.enabled and runner.passing is None
+    result = runner.run_once()
+    assert result.outcome == "error"
+    assert "ConnectError" in result.reason
+    assert runner.passing is False
+    assert reg.get_sample_value("vllm_canary_runs_total", {"outcome": "error"}) == 1
+    assert reg.get_sample_value("vllm_canary_passing") == 0
+    assert reg.get_sample_value("vllm_canary_requests_total") >= 1
+
+
+def test_run_forever_stops(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    _baseline().save(path)
+    runner = CanaryRunner(CanaryConfig(baseline=str(path), timeout=1, interval=0.05, seed=1, num_problems=2),
+                          f"http://127.0.0.1:{_closed_port()}", CollectorRegistry(), "m")
+    stop = threading.Event()
+    t = threading.Thread(target=runner.run_forever, args=(stop,))
+    t.start()
+    stop.wait(0.3)
+    stop.set()
+    t.join(5)
+    assert not t.is_alive()
+
+
+def test_disabled_without_baseline() -> None:
+    runner = CanaryRunner(CanaryConfig(), "http://127.0.0.1:1", CollectorRegistry())
+    assert not runner.enabled
+    with pytest.raises(RuntimeError, match="no baseline"):
+        runner.run_once()
+
+
+def test_bad_baseline_fails_at_start(tmp_path: Path) -> None:
+    with pytest.raises(BaselineError):
+        CanaryRunner(CanaryConfig(baseline=str(tmp_path / "nope.json")), "http://127.0.0.1:1", CollectorRegistry())
+
+
+def test_baseline_for_other_problems_fails_at_start(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    _baseline().save(path)
+    with pytest.raises(BaselineError, match="seed 20251202 != baseline's 1"):
+        CanaryRunner(CanaryConfig(baseline=str(path)), "http://127.0.0.1:1", CollectorRegistry())

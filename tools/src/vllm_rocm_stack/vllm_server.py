@@ -1,0 +1,90 @@
+"""A real vLLM server (the CPU build) as a child process: for `make run`, the live tests and the bench."""
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import REPO, WORK
+from .processes import ManagedProcess, wait_until
+
+VLLM_PYTHON = WORK / "vllm-venv" / "bin" / "python"
+
+
+def server_env(cache: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "HF_HUB_OFFLINE": "1",          # nothing may come from a model hub
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default trips a NUMA memory check on small machines
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "HF_HOME": str(cache / "hf"),
+    })
+    return env
+
+
+class VllmServer:
+    def __init__(self, model: Path, served_model_name: str, port: int, log_path: Path, enforce_eager: bool = True,
+                 extra_args: list[str] | None = None, python: Path = VLLM_PYTHON, max_model_len: int = 2048) -> None:
+        self.model = model
+        self.served_model_name = served_model_name
+        self.port = port
+        self.log_path = log_path
+        self.python = python
+        argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port),
+                "--max-model-len", str(max_model_len), "--dtype", "bfloat16", "--seed", "0"]
+        if enforce_eager:
+            argv.append("--enforce-eager")
+        argv += list(extra_args or [])
+        self.process = ManagedProcess(f"vLLM ({served_model_name})", argv, log_path,
+                                      env=server_env(WORK / "cache"), cwd=REPO)
+        self.startup_seconds = 0.0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def healthy(self) -> bool:
+        if not self.process.alive():
+            raise RuntimeError(f"vLLM exited with {self.process.returncode()} during start-up; log tail:\n"
+                               f"{self.process.log_tail(40)}")
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def start(self, timeout: float = 600.0, progress: Callable[[float], None] | None = None) -> None:
+        if not self.python.exists():
+            raise RuntimeError(f"{self.python} missing: run `make setup-vllm`")
+        if not (self.model / "config.json").is_file():
+            raise RuntimeError(f"model {self.model} missing: run `make setup-vllm`")
+        t0 = time.monotonic()
+        self.process.start()
+        try:
+            ok = wait_until(self.healthy, timeout, interval=0.5, on_tick=progress)
+        except RuntimeError:
+            self.process.stop(timeout=5)
+            raise
+        if not ok:
+            tail = self.process.log_tail(40)
+            self.process.stop(timeout=10)
+            raise RuntimeError(f"vLLM was not healthy within {timeout:.0f} s; log tail:\n{tail}")
+        self.startup_seconds = time.monotonic() - t0
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def last_log_line(self) -> str:
+        tail = self.process.log_tail(5).replace("\r", "\n").strip().splitlines()
+        return tail[-1].strip() if tail else ""
+
+    def stop(self) -> int | None:
+        # SIGINT is vLLM's clean shutdown (it logs a benign EngineDeadError); the engine core needs a few seconds.
+        return self.process.stop(timeout=30)
