@@ -1,0 +1,110 @@
+"""`vllm-rocm-health`: the health sidecar for vLLM on ROCm."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from . import config as cfgmod
+
+DESCRIPTION = """\
+Watches one vLLM server and tells Prometheus and Kubernetes whether it is really healthy:
+CUDA-graph capture state from its log (requested vs effective cudagraph_mode, capture progress,
+duration, memory, failures, downgrades), and an accuracy canary (known-answer problems, prompt
+logprob fingerprint, mixed prefill+decode traffic, after-idle probe) compared with a baseline.
+
+  serve             run the sidecar: /metrics, /healthz, /readyz
+  parse FILE...     offline: what a vLLM log says, as JSON
+  baseline record   take a canary baseline from a known-good server
+
+Every serve flag has an environment variable VLLM_HEALTH_<FLAG> (e.g. VLLM_HEALTH_CANARY_INTERVAL).
+"""
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+               "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm-rocm-health", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the sidecar", description=DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    cfgmod.add_arguments(serve)
+    serve.set_defaults(func=cmd_serve)
+    parse = sub.add_parser("parse", help="summarise vLLM log files as JSON")
+    parse.add_argument("files", nargs="+", type=Path, help="log files ('-' for stdin)")
+    parse.add_argument("--requested-mode", default="", help="the mode asked for, if the log does not say")
+    parse.set_defaults(func=cmd_parse)
+    from .canary.cli import add_baseline_parser
+
+    add_baseline_parser(sub)
+    return parser
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        cfg = cfgmod.from_args(args)
+    except ValueError as e:
+        print(f"vllm-rocm-health: error: {e}", file=sys.stderr)
+        return 2
+    setup_logging(cfg.log_format, cfg.log_level)
+    from .app import Sidecar
+    from .canary.baseline import BaselineError
+
+    try:
+        sidecar = Sidecar(cfg)
+        sidecar.start()
+    except (BaselineError, OSError, RuntimeError) as e:
+        logging.getLogger("vllm_rocm_health").error("cannot start: %s", e)
+        return 1
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    sidecar.shutdown()
+    return 0
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from .state import LogState
+
+    for path in args.files:
+        state = LogState(requested_hint=args.requested_mode)
+        lines = 0
+        stream = sys.stdin if str(path) == "-" else open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+        with stream:
+            feed = state.feed
+            for line in stream:
+                feed(line)
+                lines += 1
+        print(json.dumps({"file": str(path), "lines": lines, **state.summary()}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command != "serve":
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""All sidecar settings in one place. Flags and `VLLM_HEALTH_*` environment variables are generated from the
+dataclass fields: a flag beats its variable, a variable beats the default."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from .canary.config import CanaryConfig
+
+ENV_PREFIX = "VLLM_HEALTH_"
+
+
+@dataclass
+class SidecarConfig:
+    vllm_url: str = field(default="http://127.0.0.1:8000", metadata={"help": "the vLLM server's HTTP API"})
+    listen: str = field(default="0.0.0.0:9400", metadata={"help": "host:port for /metrics, /healthz, /readyz"})
+    log_source: str = field(default="none", metadata={
+        "help": "where the vLLM log comes from: file:PATH (followed across rotation), stdin, k8s (the `vllm` "
+                "container of this pod, via POD_NAME/POD_NAMESPACE), or none"})
+    log_from_start: bool = field(default=True, metadata={"help": "read a log file from its start (else from its end)"})
+    k8s_container: str = field(default="vllm", metadata={"help": "container whose log the k8s source follows"})
+    requested_mode: str = field(default="", metadata={
+        "help": "the cudagraph_mode the operator asked for, used when the log does not say"})
+    model: str = field(default="", metadata={"help": "served model name (default: the first of /v1/models)"})
+    health_interval: float = field(default=5.0, metadata={"help": "seconds between polls of vLLM /health"})
+    health_timeout: float = field(default=3.0, metadata={"help": "timeout of one /health poll"})
+    events: bool = field(default=True, metadata={"help": "post Kubernetes Events on state changes (in a cluster)"})
+    log_format: str = field(default="text", metadata={"help": "sidecar log format: text or json"})
+    log_level: str = field(default="INFO", metadata={"help": "sidecar log level"})
+    canary: CanaryConfig = field(default_factory=CanaryConfig)
+
+    @property
+    def listen_addr(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host or "0.0.0.0", int(port)
+
+
+def _base_type(tp: Any) -> type:
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0]
+    return tp
+
+
+def _parse_bool(v: str) -> bool:
+    s = str(v).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {v!r}")
+
+
+def _fields(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, type]]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out += _fields(tp, prefix + f.name + "_")
+        else:
+            out.append((prefix + f.name, f, _base_type(tp)))
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser, environ: dict[str, str] | None = None) -> None:
+    """One flag per setting; its default comes from the environment when the variable is set."""
+    env = os.environ if environ is None else environ
+    for name, f, tp in _fields(SidecarConfig):
+        var = ENV_PREFIX + name.upper()
+        flag = "--" + name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        conv = _parse_bool if tp is bool else tp
+        if var in env:
+            try:
+                default = conv(env[var])
+            except (ValueError, argparse.ArgumentTypeError) as e:
+                parser.error(f"{var}={env[var]!r}: {e}")
+        help_text = f"{f.metadata.get('help', '')} [env {var}; default: {default}]"
+        if tp is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        else:
+            parser.add_argument(flag, dest=name, type=conv, default=default, help=help_text, metavar=name.upper())
+
+
+def from_args(ns: argparse.Namespace) -> SidecarConfig:
+    canary = CanaryConfig(**{f.name: getattr(ns, "canary_" + f.name) for f in dataclasses.fields(CanaryConfig)})
+    top = {f.name: getattr(ns, f.name) for f in dataclasses.fields(SidecarConfig) if f.name != "canary"}
+    cfg = SidecarConfig(canary=canary, **top)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: SidecarConfig) -> None:
+    src = cfg.log_source
+    if not (src in ("stdin", "k8s", "none") or (src.startswith("file:") and len(src) > 5)):
+        raise ValueError(f"--log-source {src!r}: use file:PATH, stdin, k8s or none")
+    try:
+        cfg.listen_addr  # noqa: B018 - parses
+    except ValueError as e:
+        raise ValueError(f"--listen {cfg.listen!r}: expected host:port") from e
+    if cfg.requested_mode and cfg.requested_mode not in ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
+                                                         "FULL_AND_PIECEWISE"):
+        raise ValueError(f"--requested-mode {cfg.requested_mode!r}: not a cudagraph_mode")
+    if cfg.log_format not in ("text", "json"):
+        raise ValueError(f"--log-format {cfg.log_format!r}: text or json")
+    if cfg.canary.interval <= 0 or cfg.canary.max_requests <= 0 or cfg.canary.max_tokens <= 0:
+        raise ValueError("canary interval, max-requests and max-tokens must be positive")

@@ -1,0 +1,146 @@
+"""What a vLLM server's log says about CUDA graphs, line by line, for vLLM 0.10.x to 0.33.
+
+Each line is matched on message text (not on `[file:line]`, which changes between releases). A cheap substring
+prefilter runs first: nearly all lines of a busy server are request and stats lines that match nothing here.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+# <=0.11 prints the enum's value in JSON; see the shared notes, section 0.
+_JSON_MODE = {"0": "NONE", "1": "PIECEWISE", "2": "FULL", "[2,0]": "FULL_DECODE_ONLY", "[2,1]": "FULL_AND_PIECEWISE"}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CONFIG_JSON_MODE = re.compile(r'"cudagraph_mode":\s*(\[\s*\d\s*,\s*\d\s*\]|\d)')
+_CONFIG_DICT_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+):")
+_ARGS_MODE = re.compile(r"""cudagraph_mode['"]?\s*[:=]\s*(?:<CUDAGraphMode\.)?['"]?(\w+)""")
+_ENFORCE_EAGER = re.compile(r"""enforce_eager['"]?\s*[:=]\s*True""")
+_DOWNGRADE = re.compile(
+    r"CUDAGraphMode\.(\w+) is not supported (?:with spec-decode for attention backend (\w+)|with (\w+) backend)"
+    r" \(support: ?AttentionCGSupport\.(\w+)\)\s*;\s*setting cudagraph_mode=(\w+)")
+_UNSUPPORTED_RAISE = re.compile(
+    r"CUDAGraphMode\.(\w+) is not supported with (\w+) backend \(support: ?AttentionCGSupport\.(\w+)\)"
+    r"\s*;\s*please try")
+_BAR = re.compile(
+    r"Capturing CUDA graphs \((?:(mixed prefill-decode|decode), )?(PIECEWISE|FULL)\)[^|]*\|[^|]*\|\s*(\d+)/(\d+)")
+_BAR_START = re.compile(r"Capturing CUDA graphs \((?:(mixed prefill-decode|decode), )?(PIECEWISE|FULL)\)")
+_FINISHED = re.compile(r"Graph capturing finished in (\d+) secs?, took (-?[\d.]+) GiB")
+_PREFILTER = ("cudagraph_mode", "CUDAGraphMode", "Capturing CUDA graphs", "Graph capturing finished",
+              "Initializing a V1 LLM engine", "non-default args", "eager", "Available KV cache memory",
+              "out of memory", "EngineCore failed", "Engine core initialization failed", "HIP error", "CUDA error",
+              "hipError", "Traceback", "Skipping", "Cudagraph", "Overriding")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One fact a line established. `kind` is one of the names below; the other fields depend on it."""
+    kind: str
+    mode: str = ""       # requested / effective / bar mode
+    phase: str = ""      # decode | mixed | unspecified
+    done: int = 0
+    total: int = 0
+    seconds: float = 0.0
+    gib: float = 0.0
+    reason: str = ""
+    text: str = ""
+
+
+# Event kinds
+ENGINE_START = "engine_start"        # a new engine config line: mode = requested (config stage), text = version
+REQUESTED = "requested"              # mode from non-default args
+EAGER = "eager"
+DOWNGRADE = "downgrade"              # mode = effective, text = requested
+KV_CACHE = "kv_cache"                # `Available KV cache memory`: after it, a capture is the real one
+BAR = "bar"                          # capture progress: phase, mode, done, total
+FINISHED = "finished"                # seconds, gib
+FAILURE = "failure"                  # reason: oom | gpu_error | exception | engine_failed
+SKIPPED = "skipped"                  # capture skipped (mode NONE)
+
+_PHASE = {"mixed prefill-decode": "mixed", "decode": "decode", None: "unspecified"}
+
+
+def clean(line: str) -> str:
+    """Drop colour codes and keep the last `\\r` segment (tqdm redraws)."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return line.rstrip("\r\n")
+
+
+def parse_line(raw: str) -> list[Event]:
+    """All events one physical line carries (tqdm may put several bar updates on one line with \\r)."""
+    if not any(p in raw for p in _PREFILTER):
+        return []
+    line = clean(raw)
+    if "\r" in line:
+        out: list[Event] = []
+        for part in line.split("\r"):
+            out.extend(_parse_one(part))
+        return out
+    return _parse_one(line)
+
+
+def _parse_one(line: str) -> list[Event]:
+    if "Capturing CUDA graphs" in line:
+        m = _BAR.search(line)
+        if m:
+            return [Event(BAR, mode=m.group(2), phase=_PHASE[m.group(1)], done=int(m.group(3)), total=int(m.group(4)))]
+        m = _BAR_START.search(line)
+        if m:
+            return [Event(BAR, mode=m.group(2), phase=_PHASE[m.group(1)])]
+        return []
+    if "Graph capturing finished" in line:
+        m = _FINISHED.search(line)
+        return [Event(FINISHED, seconds=float(m.group(1)), gib=float(m.group(2)))] if m else []
+    if "Initializing a V1 LLM engine" in line:
+        version = line.split("engine (v", 1)[1].split(")", 1)[0] if "engine (v" in line else ""
+        events = [Event(ENGINE_START, mode=_config_mode(line), text=version)]
+        if "enforce_eager=True" in line:
+            events.append(Event(EAGER, text="enforce_eager=True"))
+        return events
+    if "non-default args" in line:
+        events = []
+        m = _ARGS_MODE.search(line)
+        if m and m.group(1).upper() in MODES:
+            events.append(Event(REQUESTED, mode=m.group(1).upper()))
+        elif m and m.group(1) in ("0", "1", "2"):
+            events.append(Event(REQUESTED, mode=_JSON_MODE[m.group(1)]))
+        if _ENFORCE_EAGER.search(line):
+            events.append(Event(EAGER, text="--enforce-eager"))
+        return events
+    if "is not supported" in line and "CUDAGraphMode." in line:
+        m = _DOWNGRADE.search(line)
+        if m:
+            return [Event(DOWNGRADE, mode=m.group(5), text=m.group(1), reason=m.group(2) or m.group(3) or "")]
+        m = _UNSUPPORTED_RAISE.search(line)
+        if m:
+            return [Event(FAILURE, reason="unsupported_mode", text=line[-300:])]
+        return []
+    if "Cudagraph is disabled under eager mode" in line or "Enforce eager set" in line:
+        return [Event(EAGER, text="eager mode")]
+    if "Skipping CUDA graph capture" in line or "Skipping encoder and decoder CUDA graph capture" in line:
+        return [Event(SKIPPED)]
+    if "Available KV cache memory" in line:
+        return [Event(KV_CACHE)]
+    if "out of memory" in line and ("CUDA out of memory" in line or "HIP out of memory" in line
+                                    or "OutOfMemoryError" in line):
+        return [Event(FAILURE, reason="oom", text=line[-300:])]
+    if "HIP error" in line or "CUDA error" in line or "hipError" in line:
+        return [Event(FAILURE, reason="gpu_error", text=line[-300:])]
+    if "EngineCore failed to start" in line or "Engine core initialization failed" in line:
+        return [Event(FAILURE, reason="engine_failed", text=line[-300:])]
+    if line.startswith("Traceback") or ") Traceback (most recent call last)" in line or \
+            line.endswith("Traceback (most recent call last):"):
+        return [Event(FAILURE, reason="exception", text="traceback")]
+    return []
+
+
+def _config_mode(line: str) -> str:
+    m = _CONFIG_DICT_MODE.search(line)
+    if m:
+        return m.group(1)
+    m = _CONFIG_JSON_MODE.search(line)
+    if m:
+        return _JSON_MODE.get(re.sub(r"\s", "", m.group(1)), "unknown")
+    return "unknown"

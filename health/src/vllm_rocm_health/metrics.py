@@ -1,0 +1,81 @@
+"""The sidecar's capture, engine and self metrics, read from the state at scrape time (one consistent snapshot)."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .state import LogState
+
+FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed", "unsupported_mode")
+PHASES = ("decode", "mixed", "unspecified")
+RUNTIME_MODES = ("FULL", "PIECEWISE")
+
+
+class SidecarStatus:
+    """Shared, lock-protected state: the log state plus what the sidecar knows about itself."""
+
+    def __init__(self, log_state: LogState) -> None:
+        self.lock = threading.Lock()
+        self.log = log_state
+        self.log_lines = 0
+        self.log_source_up = False
+        self.engine_start_time = 0.0
+        self.ready = False
+        self.ready_reason = "starting"
+        self.server_healthy: bool | None = None
+
+
+class CaptureCollector(Collector):
+    def __init__(self, status: SidecarStatus) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator:
+        s = self.status
+        with s.lock:
+            e = s.log.engine
+            g = GaugeMetricFamily
+            yield g("vllm_cudagraph_capture_finished",
+                    "1 when the current engine logged `Graph capturing finished` (final pass)",
+                    value=int(e.capture_finished))
+            yield g("vllm_cudagraph_capture_duration_seconds", "Capture time of the last finished capture",
+                    value=e.capture_seconds)
+            yield g("vllm_cudagraph_capture_memory_bytes", "Memory the last finished capture took",
+                    value=e.capture_gib * 2**30)
+            yield g("vllm_cudagraph_capture_progress_ratio", "Progress of the capture bars of the current pass",
+                    value=e.progress)
+            graphs = g("vllm_cudagraph_graphs_captured", "CUDA graphs captured in the final pass",
+                       labels=["phase", "runtime_mode"])
+            for phase in PHASES:
+                for mode in RUNTIME_MODES:
+                    graphs.add_metric([phase, mode], e.graphs.get((phase, mode), 0))
+            yield graphs
+            info = g("vllm_cudagraph_mode_info", "Requested and effective cudagraph_mode of the current engine",
+                     labels=["requested", "effective"])
+            info.add_metric([e.requested, e.effective], 1)
+            yield info
+            yield g("vllm_cudagraph_mode_downgraded", "1 when vLLM changed the requested cudagraph_mode",
+                    value=int(e.downgraded))
+            fails = CounterMetricFamily("vllm_cudagraph_capture_failures", "CUDA-graph capture / engine start failures",
+                                        labels=["reason"])
+            for reason in FAILURE_REASONS:
+                fails.add_metric([reason], s.log.failures_total.get(reason, 0))
+            yield fails
+            yield g("vllm_engine_eager_mode", "1 when the engine runs without CUDA graphs",
+                    value=int(e.runs_without_graphs))
+            yield CounterMetricFamily("vllm_engine_restarts", "Engine restarts seen after the first start",
+                                      value=s.log.restarts)
+            yield g("vllm_engine_start_time_seconds", "Unix time the current engine instance started",
+                    value=s.engine_start_time)
+            yield g("vllm_sidecar_ready", "What /readyz answers (1 = 200)", value=int(s.ready))
+            yield CounterMetricFamily("vllm_sidecar_log_lines", "Log lines read", value=s.log_lines)
+            yield g("vllm_sidecar_log_source_up", "1 while the log source is connected", value=int(s.log_source_up))
+
+
+def make_registry(status: SidecarStatus) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(CaptureCollector(status))
+    return reg

@@ -1,0 +1,184 @@
+"""The state of one vLLM server's CUDA-graph start-up, built from log events. Pure: no I/O, no clock."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import logparse as lp
+
+
+@dataclass
+class EngineState:
+    """What is known about the current engine instance (reset at every engine (re)start)."""
+    version: str = ""
+    requested: str = "unknown"
+    effective: str = "unknown"
+    downgrade_warned: bool = False   # vLLM logged a downgrade warning
+    bars_differ: bool = False        # the captured graphs show another mode than requested
+    downgrade_reason: str = ""
+    eager: bool = False
+    skipped: bool = False
+    kv_cache_seen: bool = False
+    capture_finished: bool = False
+    profile_passes: int = 0
+    capture_seconds: float = 0.0
+    capture_gib: float = 0.0
+    bars: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (phase, mode) -> (done, total)
+    graphs: dict[tuple[str, str], int] = field(default_factory=dict)  # of the final pass
+    failures: set[str] = field(default_factory=set)
+    current_bar: tuple[str, str] | None = None
+
+    @property
+    def progress(self) -> float:
+        if self.capture_finished:
+            return 1.0
+        if self.current_bar is None:
+            return 0.0
+        done, total = self.bars.get(self.current_bar, (0, 0))
+        return min(1.0, done / total) if total else 0.0
+
+    @property
+    def downgraded(self) -> bool:
+        return self.downgrade_warned or self.bars_differ
+
+    @property
+    def runs_without_graphs(self) -> bool:
+        return self.eager or self.skipped or self.effective == "NONE"
+
+
+def modes_from_bars(bars: dict[tuple[str, str], int] | dict[tuple[str, str], tuple[int, int]], requested: str) -> str:
+    """The cudagraph mode the capture bars of one pass show."""
+    keys = set(bars)
+    mixed_full = ("mixed", "FULL") in keys
+    piecewise = any(m == "PIECEWISE" for _, m in keys)
+    decode_full = ("decode", "FULL") in keys or ("unspecified", "FULL") in keys
+    if mixed_full:
+        return "FULL"
+    if piecewise and decode_full:
+        return "FULL_AND_PIECEWISE"
+    if piecewise:
+        return "PIECEWISE"
+    if decode_full:
+        # V2 bars have no phase: a lone FULL bar is FULL or FULL_DECODE_ONLY; trust the request if it is one of them.
+        if ("unspecified", "FULL") in keys and requested in ("FULL", "FULL_DECODE_ONLY"):
+            return requested
+        return "FULL_DECODE_ONLY"
+    return requested
+
+
+class LogState:
+    """Folds the events of a log into the state of the engine it describes."""
+
+    def __init__(self, requested_hint: str = "") -> None:
+        self.requested_hint = requested_hint  # what the operator asked for, when the log does not say
+        self.engine = EngineState(requested=requested_hint or "unknown", effective=requested_hint or "unknown")
+        self.engines_seen = 0
+        self.restarts = 0
+        self.failures_total: dict[str, int] = {}
+        self._args_requested = ""
+        self._args_eager = False
+
+    def restart(self) -> None:
+        """A new engine instance (new config line, or the container restarted)."""
+        self.restarts += 1
+        self.engine = EngineState(requested=self.requested_hint or "unknown",
+                                  effective=self.requested_hint or "unknown")
+        self._args_requested = ""
+        self._args_eager = False
+
+    def feed(self, line: str) -> list[lp.Event]:
+        events = lp.parse_line(line)
+        for ev in events:
+            self.apply(ev)
+        return events
+
+    def apply(self, ev: lp.Event) -> None:
+        e = self.engine
+        k = ev.kind
+        if k == lp.REQUESTED:
+            # `non-default args` precede the engine line of the same start.
+            self._args_requested = ev.mode
+            e.requested = e.effective = ev.mode
+        elif k == lp.ENGINE_START:
+            if self.engines_seen:
+                args, eager = self._args_requested, self._args_eager
+                self.restart()
+                self._args_requested, self._args_eager = args, eager
+            self.engines_seen += 1
+            e = self.engine
+            e.version = ev.text
+            requested = self._args_requested or (ev.mode if ev.mode != "unknown" else "") or self.requested_hint
+            e.requested = requested or "unknown"
+            e.effective = e.requested
+            if self._args_eager:
+                self._set_eager(e)
+        elif k == lp.EAGER:
+            if "--enforce-eager" in ev.text:
+                self._args_eager = True
+            self._set_eager(e)
+        elif k == lp.DOWNGRADE:
+            if e.requested == "unknown":
+                e.requested = ev.text
+            e.effective = ev.mode
+            e.downgrade_warned = e.effective != e.requested
+            e.downgrade_reason = ev.reason
+        elif k == lp.SKIPPED:
+            e.skipped = True
+            e.effective = "NONE"
+        elif k == lp.KV_CACHE:
+            e.kv_cache_seen = True
+        elif k == lp.BAR:
+            key = (ev.phase, ev.mode)
+            prev = e.bars.get(key, (0, 0))
+            e.bars[key] = (max(prev[0], ev.done), ev.total or prev[1])
+            e.current_bar = key
+            if e.capture_finished:
+                # With TP>1 another rank's `finished` line can come before rank 0 has drawn all its bars.
+                self._settle(e)
+        elif k == lp.FINISHED:
+            if e.capture_finished:
+                return  # one line per TP worker: the first one counts
+            if not e.kv_cache_seen:
+                # V2 runner (0.30+): a profile-only capture runs before the KV cache is sized. Not the real one.
+                # Each TP worker logs the line; only rank 0 draws bars, so count a pass once per bar set.
+                if e.bars:
+                    e.profile_passes += 1
+                e.bars.clear()
+                e.current_bar = None
+                return
+            e.capture_finished = True
+            e.capture_seconds = ev.seconds
+            e.capture_gib = ev.gib
+            self._settle(e)
+        elif k == lp.FAILURE:
+            if e.capture_finished and ev.reason == "exception":
+                return  # a traceback after start-up is a request error, not a capture failure
+            if ev.reason not in e.failures:
+                e.failures.add(ev.reason)
+                self.failures_total[ev.reason] = self.failures_total.get(ev.reason, 0) + 1
+
+    @staticmethod
+    def _settle(e: EngineState) -> None:
+        """Graphs and effective mode of the final pass, from its bars."""
+        e.graphs = {key: total for key, (_, total) in e.bars.items()}
+        if e.graphs:
+            seen = modes_from_bars(e.graphs, e.requested)
+            e.bars_differ = e.requested != "unknown" and seen != e.requested
+            e.effective = seen
+
+    @staticmethod
+    def _set_eager(e: EngineState) -> None:
+        e.eager = True
+        e.effective = "NONE"
+
+    def summary(self) -> dict:
+        e = self.engine
+        return {
+            "vllm_version": e.version, "requested_mode": e.requested, "effective_mode": e.effective,
+            "downgraded": e.downgraded, "downgrade_backend": e.downgrade_reason, "eager": e.eager,
+            "capture_finished": e.capture_finished, "capture_seconds": e.capture_seconds,
+            "capture_gib": e.capture_gib, "profile_passes": e.profile_passes,
+            "graphs": {f"{p}/{m}": n for (p, m), n in sorted(e.graphs.items())},
+            "progress": round(e.progress, 3), "failures": sorted(e.failures),
+            "failures_total": dict(sorted(self.failures_total.items())),
+            "engines_seen": self.engines_seen, "restarts": self.restarts,
+        }

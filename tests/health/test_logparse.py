@@ -1,0 +1,121 @@
+"""The parser and state machine on recorded-from-template log excerpts of each release (health/fixtures/)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_rocm_health import logparse as lp
+from vllm_rocm_health.state import LogState
+
+FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
+
+
+def summarise(name: str, hint: str = "") -> dict:
+    state = LogState(requested_hint=hint)
+    for line in (FIXTURES / name).read_text().splitlines():
+        state.feed(line)
+    return state.summary()
+
+
+# file, requested, effective, downgraded, finished, graphs, failures, eager, restarts
+CASES = [
+    ("v0.10.2-full-honoured.log", "FULL", "FULL", False, True, {"mixed/FULL": 67}, [], False, 0),
+    ("v0.11.0-downgrade-full.log", "FULL", "FULL_AND_PIECEWISE", True, True,
+     {"mixed/PIECEWISE": 67, "decode/FULL": 35}, [], False, 0),
+    ("v0.10.1.1-full-never.log", "FULL", "FULL", False, False, {},
+     ["engine_failed", "exception", "unsupported_mode"], False, 0),
+    ("v0.14.0-dict-default.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, True,
+     {"mixed/PIECEWISE": 51, "decode/FULL": 35}, [], False, 0),
+    ("v0.20.0-profiling-spec-decode.log", "FULL_AND_PIECEWISE", "PIECEWISE", True, True,
+     {"mixed/PIECEWISE": 51}, [], False, 0),
+    ("v0.30.0-v2-double-capture-tp2.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, True,
+     {"unspecified/PIECEWISE": 67, "unspecified/FULL": 35}, [], False, 0),
+    ("v0.14.0-eager.log", "NONE", "NONE", False, False, {}, [], True, 0),
+    ("v0.11.0-oom-during-capture.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {},
+     ["engine_failed", "exception", "oom"], False, 0),
+    ("v0.11.0-hip-error.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {}, ["gpu_error"], False, 0),
+    ("v0.14.0-restart.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {}, [], False, 1),
+]
+
+
+@pytest.mark.parametrize("name,req,eff,down,fin,graphs,fails,eager,restarts", CASES, ids=[c[0] for c in CASES])
+def test_fixture(name, req, eff, down, fin, graphs, fails, eager, restarts) -> None:
+    s = summarise(name)
+    assert (s["requested_mode"], s["effective_mode"], s["downgraded"]) == (req, eff, down)
+    assert s["capture_finished"] is fin
+    assert s["graphs"] == dict(sorted(graphs.items()))
+    assert s["failures"] == fails
+    assert s["eager"] is eager
+    assert s["restarts"] == restarts
+
+
+def test_v2_profiling_pass_is_not_the_final_capture() -> None:
+    state = LogState()
+    lines = (FIXTURES / "v0.30.0-v2-double-capture-tp2.log").read_text().splitlines()
+    kv = next(i for i, line in enumerate(lines) if "Available KV cache memory" in line)
+    for line in lines[:kv]:
+        state.feed(line)
+    assert state.engine.profile_passes == 1
+    assert not state.engine.capture_finished  # two `finished` lines seen, both profile-only
+
+
+def test_tp_worker_lines_count_once_and_late_bars_settle_the_mode() -> None:
+    s = summarise("v0.30.0-v2-double-capture-tp2.log")
+    assert s["capture_seconds"] == 13 and s["capture_gib"] == 0.8
+    assert not s["downgraded"]  # TP1 finished before rank 0 drew its FULL bar: no false downgrade
+
+
+def test_restart_resets_the_engine_and_counts() -> None:
+    s = summarise("v0.14.0-restart.log")
+    assert s["engines_seen"] == 2 and s["restarts"] == 1
+    assert not s["capture_finished"]
+    assert 0.1 < s["progress"] < 0.3
+
+
+def test_both_config_formats() -> None:
+    json_line = 'Initializing a V1 LLM engine (v0.11.0) with config: compilation_config={"level":3,"cudagraph_mode":[2,0]}'
+    dict_line = ("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+                 "<CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}")
+    for line, version in ((json_line, "0.11.0"), (dict_line, "0.14.0")):
+        (ev,) = lp.parse_line(line)
+        assert (ev.kind, ev.mode, ev.text) == (lp.ENGINE_START, "FULL_DECODE_ONLY", version)
+    for value, mode in (("0", "NONE"), ("1", "PIECEWISE"), ("2", "FULL"), ("[2,1]", "FULL_AND_PIECEWISE")):
+        (ev,) = lp.parse_line(f'Initializing a V1 LLM engine (v0.10.2) with config: x={{"cudagraph_mode":{value}}}')
+        assert ev.mode == mode
+
+
+def test_ansi_colours_and_carriage_returns() -> None:
+    line = ("\x1b[1;36m(EngineCore_DP0 pid=1)\x1b[0m INFO 12-02 [x.py:1] Capturing CUDA graphs (decode, FULL):  10%|| "
+            "3/35 [00:01<00:07]\rCapturing CUDA graphs (decode, FULL):  20%|| 7/35 [00:02<00:06]")
+    events = lp.parse_line(line)
+    assert [(e.done, e.total) for e in events] == [(3, 35), (7, 35)]
+
+
+def test_downgrade_with_spec_decode_names_backend() -> None:
+    (ev,) = lp.parse_line("WARNING CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention "
+                          "backend AiterFlashAttentionBackend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE);"
+                          " setting cudagraph_mode=PIECEWISE")
+    assert (ev.kind, ev.text, ev.mode, ev.reason) == (lp.DOWNGRADE, "FULL_AND_PIECEWISE", "PIECEWISE",
+                                                      "AiterFlashAttentionBackend")
+
+
+def test_request_lines_are_ignored() -> None:
+    assert lp.parse_line('INFO:     127.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK') == []
+    assert lp.parse_line("Received request cmpl-1: prompt: 'tell me about eager beavers'") == []
+
+
+def test_traceback_after_startup_is_not_a_capture_failure() -> None:
+    state = LogState()
+    for line in (FIXTURES / "v0.14.0-dict-default.log").read_text().splitlines():
+        state.feed(line)
+    state.feed("ERROR 12-02 [serving.py:1] Traceback (most recent call last):")
+    assert state.failures_total == {}
+    state.feed("RuntimeError: HIP error: an illegal memory access was encountered")
+    assert state.failures_total == {"gpu_error": 1}  # a GPU fault is reported whenever it happens
+
+
+def test_requested_hint_used_when_log_is_silent() -> None:
+    state = LogState(requested_hint="FULL")
+    state.feed("INFO Available KV cache memory: 1 GiB")
+    assert state.engine.requested == "FULL"
