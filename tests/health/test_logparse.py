@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from vllm_rocm_health import logparse as lp
 from vllm_rocm_health.state import LogState
 
@@ -24,7 +23,7 @@ CASES = [
     ("v0.11.0-downgrade-full.log", "FULL", "FULL_AND_PIECEWISE", True, True,
      {"mixed/PIECEWISE": 67, "decode/FULL": 35}, [], False, 0),
     ("v0.10.1.1-full-never.log", "FULL", "FULL", False, False, {},
-     ["engine_failed", "exception", "unsupported_mode"], False, 0),
+     ["engine_failed", "exception"], False, 0),
     ("v0.14.0-dict-default.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, True,
      {"mixed/PIECEWISE": 51, "decode/FULL": 35}, [], False, 0),
     ("v0.20.0-profiling-spec-decode.log", "FULL_AND_PIECEWISE", "PIECEWISE", True, True,
@@ -36,6 +35,8 @@ CASES = [
      ["engine_failed", "exception", "oom"], False, 0),
     ("v0.11.0-hip-error.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {}, ["gpu_error"], False, 0),
     ("v0.14.0-restart.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {}, [], False, 1),
+    ("v0.10.2-eager.log", "NONE", "NONE", False, False, {}, [], True, 0),
+    ("v0.11.0-json-restart-ansi.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {}, [], False, 1),
 ]
 
 
@@ -74,7 +75,8 @@ def test_restart_resets_the_engine_and_counts() -> None:
 
 
 def test_both_config_formats() -> None:
-    json_line = 'Initializing a V1 LLM engine (v0.11.0) with config: compilation_config={"level":3,"cudagraph_mode":[2,0]}'
+    json_line = ('Initializing a V1 LLM engine (v0.11.0) with config: '
+                 'compilation_config={"level":3,"cudagraph_mode":[2,0]}')
     dict_line = ("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
                  "<CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}")
     for line, version in ((json_line, "0.11.0"), (dict_line, "0.14.0")):
@@ -94,8 +96,8 @@ def test_ansi_colours_and_carriage_returns() -> None:
 
 def test_downgrade_with_spec_decode_names_backend() -> None:
     (ev,) = lp.parse_line("WARNING CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention "
-                          "backend AiterFlashAttentionBackend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE);"
-                          " setting cudagraph_mode=PIECEWISE")
+                          "backend AiterFlashAttentionBackend (support: "
+                          "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE")
     assert (ev.kind, ev.text, ev.mode, ev.reason) == (lp.DOWNGRADE, "FULL_AND_PIECEWISE", "PIECEWISE",
                                                       "AiterFlashAttentionBackend")
 
@@ -119,3 +121,82 @@ def test_requested_hint_used_when_log_is_silent() -> None:
     state = LogState(requested_hint="FULL")
     state.feed("INFO Available KV cache memory: 1 GiB")
     assert state.engine.requested == "FULL"
+
+
+def test_pre_v2_release_finished_counts_even_without_kv_cache_line() -> None:
+    state = LogState()
+    for line in ["Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+                 "<CUDAGraphMode.PIECEWISE: 1>}",
+                 "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##| 51/51 [00:08<00:00]",
+                 "INFO Graph capturing finished in 9 secs, took 0.40 GiB"]:
+        state.feed(line)
+    assert state.engine.capture_finished and state.engine.profile_passes == 0
+    late = LogState()  # joined mid-way, version unknown: a lone finished line may be the profile pass
+    late.feed("INFO Graph capturing finished in 9 secs, took 0.40 GiB")
+    assert not late.engine.capture_finished
+
+
+def test_container_restart_then_config_line_counts_once() -> None:
+    cfg = ("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+           "<CUDAGraphMode.PIECEWISE: 1>}")
+    state = LogState()
+    state.feed(cfg)
+    state.restart(container=True)   # the k8s source saw restartCount change
+    state.feed(cfg)                 # the new container's first engine line: same restart
+    assert state.restarts == 1
+    state.feed(cfg)                 # an in-container engine restart afterwards does count
+    assert state.restarts == 2
+
+
+@pytest.mark.parametrize(("line", "mode"), [
+    ("WARNING Pooling models do not support full cudagraphs. Overriding cudagraph_mode to PIECEWISE.", "PIECEWISE"),
+    ("WARNING KV connector X requires PIECEWISE CUDA graph mode due to layerwise async operations that cannot be "
+     "captured in CUDA graphs. Overriding cudagraph_mode from FULL_AND_PIECEWISE to PIECEWISE.", "PIECEWISE"),
+    ("INFO Cudagraph mode FULL is not compatible with compilation mode 0.Overriding to NONE.", "NONE"),
+    ("INFO CUDA graphs are not supported with stock torch.compile in Model Runner V2. Overriding cudagraph_mode "
+     "FULL_AND_PIECEWISE to NONE.", "NONE"),
+    ("WARNING Piecewise compilation with empty splitting_ops does not contain piecewise cudagraph. Setting "
+     "cudagraph_mode to FULL. Hint: ...", "FULL"),
+])
+def test_config_overrides_are_downgrades(line: str, mode: str) -> None:
+    (ev,) = lp.parse_line(line)
+    assert (ev.kind, ev.mode) == (lp.DOWNGRADE, mode)
+
+
+def test_config_line_differing_from_args_is_a_downgrade() -> None:
+    state = LogState()
+    state.feed("non-default args: {'model': 'm', 'compilation_config': {\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}}")
+    state.feed("Initializing a V1 LLM engine (v0.20.0) with config: compilation_config={'cudagraph_mode': "
+               "<CUDAGraphMode.PIECEWISE: 1>}")
+    e = state.engine
+    assert (e.requested, e.effective, e.downgraded) == ("FULL_AND_PIECEWISE", "PIECEWISE", True)
+
+
+@pytest.mark.parametrize(("profile", "mode"), [
+    ("PIECEWISE=51 (largest=512), FULL=35 (largest=256)", "FULL_AND_PIECEWISE"),
+    ("PIECEWISE=51 (largest=512)", "PIECEWISE"),
+])
+def test_profiling_line_shows_the_resolved_mode(profile: str, mode: str) -> None:
+    state = LogState(requested_hint="FULL_AND_PIECEWISE")
+    state.feed("(EngineCore_DP0 pid=1) INFO 12-02 11:00:03 [gpu_model_runner.py:5964] Profiling CUDA graph memory: "
+               + profile)
+    assert state.engine.effective == mode
+    assert state.engine.downgraded is (mode != "FULL_AND_PIECEWISE")
+    assert not state.engine.capture_finished
+
+
+def test_prefilter_lets_every_event_line_through() -> None:
+    """The cheap prefilter must never hide a line the full parser would act on (fixtures + known templates)."""
+    lines = [x for f in sorted(FIXTURES.glob("*.log")) for x in f.read_text().splitlines()]
+    lines += ["Skipping CUDA graph capture. To turn on CUDA graph capture, ensure `cudagraph_mode` was not set",
+              "Skipping encoder and decoder CUDA graph capture. To enable encoder capture, ensure ...",
+              "Enforce eager set, overriding optimization level to -O0", "HIP error: invalid device function",
+              "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB", "hipErrorNoBinaryForGpu",
+              "EngineCore failed to start.", "RuntimeError: Engine core initialization failed. See root cause above."]
+    acted = 0
+    for x in lines:
+        for part in lp.clean(x).split("\r"):
+            if lp._parse_one(part):
+                acted += 1
+                assert lp.parse_line(x), x
+    assert acted > 60

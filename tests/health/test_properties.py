@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vllm_rocm_health.state import LogState
 
 FRAGMENTS = [
-    "Capturing CUDA graphs (decode, FULL): 50%|██| 5/10", "Graph capturing finished in", "Graph capturing finished in x",
+    "Capturing CUDA graphs (decode, FULL): 50%|██| 5/10", "Graph capturing finished in",
+    "Graph capturing finished in x",
     "Initializing a V1 LLM engine (v0.14.0) with config: 'cudagraph_mode': <CUDAGraphMode.FULL: 2>",
     '"cudagraph_mode":[2,1]', "CUDAGraphMode.FULL is not supported with X backend (support: AttentionCGSupport.NEVER);",
     "non-default args: {'cudagraph_mode': 'FULL'", "Available KV cache memory", "HIP out of memory", "\r", "\x1b[31m",
@@ -53,3 +53,15 @@ def test_truncated_and_interleaved(parts: list[str], rnd) -> None:
         state.feed(x)
     if state.engine.capture_finished:
         assert finished_line_present(lines)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(line.map(lambda x: x.replace("\n", " ")), max_size=30))
+def test_block_fast_path_equals_line_by_line(lines: list[str]) -> None:
+    """`parse` feeds whole blocks through the bytes prefilter; it must reach the same state as feeding each line."""
+    one, block = LogState(), LogState()
+    for x in lines:
+        one.feed(x)
+    data = "".join(x + "\n" for x in lines).encode("utf-8", "surrogatepass")
+    assert block.feed_block(data) == len(lines)
+    assert block.summary() == one.summary()

@@ -1,12 +1,12 @@
 """Pristine file trees of real vLLM releases, fetched from PyPI once and cached.
 
 `release_tree("0.10.2")` returns `<cache>/0.10.2/tree/`, a minimal unpacked-wheel root holding only the files
-the patch tool and the image tests read (dist-info METADATA/RECORD, the version module, the AITER FA backend and
-`backends/utils.py`). The wheel itself (~400 MB) is deleted after extraction. The cache lives in
+the patch tool and the image tests read (dist-info METADATA/RECORD, the version module, the AITER FA
+backend and `backends/utils.py`). The wheel itself (~400 MB) is deleted after extraction. The cache lives in
 `.work/cache/vllm-releases/` (git-ignored) unless `VLLM_RELEASES_CACHE` says otherwise.
 
 Safe against concurrent and interrupted runs: one `flock` per version serialises fetchers, extraction goes to
-a temporary directory that is renamed into place only when complete, and a finished tree carries a marker file.
+a temporary directory that is renamed into place only when complete, and a finished tree has a marker file.
 Callers must treat the tree as read-only and copy it (see `copy_release_tree`) before mutating anything.
 """
 

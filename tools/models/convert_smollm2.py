@@ -50,9 +50,16 @@ def main() -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     # save_pretrained refuses a model loaded from GGUF (it counts as quantized); the weights are already
     # dequantized in memory, so write them directly and drop the GGUF quantization entry from the config.
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
 
-    save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    # Not safetensors' save_model: with tied embeddings it keeps only `lm_head.weight`, which vLLM skips for a
+    # tied model, leaving embed_tokens unloaded (uniform logits, empty answers). Write embed_tokens explicitly.
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    if "model.embed_tokens.weight" not in state:
+        raise SystemExit("converted model has no model.embed_tokens.weight")
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

@@ -36,14 +36,15 @@ class Sidecar:
         with self.status.lock:
             self.status.log_lines += 1
             before = self.status.log.engines_seen
-            self.status.log.feed(line)
+            events = self.status.log.feed(line)
             if self.status.log.engines_seen != before:
                 self.status.engine_start_time = time.time()
-        self._transitions()
+        if events:  # most lines carry nothing: skip the readiness/transition work for them
+            self._transitions()
 
     def on_container_restart(self) -> None:
         with self.status.lock:
-            self.status.log.restart()
+            self.status.log.restart(container=True)
             self.status.engine_start_time = time.time()
         log.warning("the vLLM container restarted")
 
@@ -99,7 +100,8 @@ class Sidecar:
     def update_readiness(self) -> tuple[bool, str]:
         with self.status.lock:
             ok, reason = readiness.decide(self.status.log.engine, self.status.server_healthy, self.canary.enabled,
-                                          self.canary.passing, self.canary.last_reason)
+                                          self.canary.passing, self.canary.last_reason,
+                                          capture_gate=self.cfg.log_source != "none")
             if (ok, reason) != (self.status.ready, self.status.ready_reason):
                 log.info("readiness: %s (%s)", "ready" if ok else "not ready", reason)
             self.status.ready, self.status.ready_reason = ok, reason

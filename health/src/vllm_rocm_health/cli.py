@@ -53,9 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     parse.add_argument("files", nargs="+", type=Path, help="log files ('-' for stdin)")
     parse.add_argument("--requested-mode", default="", help="the mode asked for, if the log does not say")
     parse.set_defaults(func=cmd_parse)
-    from .canary.cli import add_baseline_parser
-
-    add_baseline_parser(sub)
+    try:  # `baseline record` belongs to the canary package; the rest works without it
+        from .canary.cli import add_baseline_parser
+    except ImportError:
+        logging.getLogger(__name__).debug("canary CLI not available: no `baseline` subcommand")
+    else:
+        add_baseline_parser(sub)
     return parser
 
 
@@ -86,17 +89,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_parse(args: argparse.Namespace) -> int:
     from .state import LogState
 
+    rc = 0
     for path in args.files:
         state = LogState(requested_hint=args.requested_mode)
         lines = 0
-        stream = sys.stdin if str(path) == "-" else open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+        try:
+            stream = sys.stdin.buffer if str(path) == "-" else open(path, "rb")  # noqa: SIM115
+        except OSError as e:
+            print(f"vllm-rocm-health parse: {path}: {e.strerror}", file=sys.stderr)
+            rc = 1
+            continue
         with stream:
-            feed = state.feed
-            for line in stream:
-                feed(line)
-                lines += 1
+            # Whole blocks through the prefilter; only the lines that can matter are parsed one by one.
+            tail = b""
+            while chunk := stream.read(1 << 20):
+                block, sep, tail = (tail + chunk).rpartition(b"\n")
+                if sep:
+                    lines += state.feed_block(block + sep)
+                else:
+                    tail = block + tail
+            if tail:
+                lines += state.feed_block(tail + b"\n")
         print(json.dumps({"file": str(path), "lines": lines, **state.summary()}))
-    return 0
+    return rc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,11 +7,19 @@ import dataclasses
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
-from .canary.config import CanaryConfig
+try:  # the canary sub-package is developed separately; the sidecar must still run without it
+    from .canary.config import CanaryConfig
+except ImportError:  # pragma: no cover - only while the canary package is absent
+    @dataclass
+    class CanaryConfig:  # type: ignore[no-redef]
+        """Placeholder used when the canary package is not installed: no canary settings, canary off."""
+        baseline: Optional[str] = None  # noqa: UP045
 
 ENV_PREFIX = "VLLM_HEALTH_"
+# Short spellings docs/contracts.md promises (`--baseline FILE`) next to the generated `--canary-baseline`.
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"canary_baseline": ("--baseline",)}
 
 
 @dataclass
@@ -81,16 +89,29 @@ def add_arguments(parser: argparse.ArgumentParser, environ: dict[str, str] | Non
             except (ValueError, argparse.ArgumentTypeError) as e:
                 parser.error(f"{var}={env[var]!r}: {e}")
         help_text = f"{f.metadata.get('help', '')} [env {var}; default: {default}]"
+        flags = [flag, *FLAG_ALIASES.get(name, ())]
         if tp is bool:
-            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=default,
+                                help=help_text)
         else:
-            parser.add_argument(flag, dest=name, type=conv, default=default, help=help_text, metavar=name.upper())
+            parser.add_argument(*flags, dest=name, type=conv, default=default, help=help_text, metavar=name.upper())
+
+
+def _build(cls: type, ns: argparse.Namespace, prefix: str = "") -> Any:
+    """Instantiate `cls` from the namespace, recursing into nested dataclass fields (prefix `<field>_`)."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[f.name] = _build(tp, ns, prefix + f.name + "_")
+        else:
+            kwargs[f.name] = getattr(ns, prefix + f.name)
+    return cls(**kwargs)
 
 
 def from_args(ns: argparse.Namespace) -> SidecarConfig:
-    canary = CanaryConfig(**{f.name: getattr(ns, "canary_" + f.name) for f in dataclasses.fields(CanaryConfig)})
-    top = {f.name: getattr(ns, f.name) for f in dataclasses.fields(SidecarConfig) if f.name != "canary"}
-    cfg = SidecarConfig(canary=canary, **top)
+    cfg = _build(SidecarConfig, ns)
     validate(cfg)
     return cfg
 
@@ -108,5 +129,6 @@ def validate(cfg: SidecarConfig) -> None:
         raise ValueError(f"--requested-mode {cfg.requested_mode!r}: not a cudagraph_mode")
     if cfg.log_format not in ("text", "json"):
         raise ValueError(f"--log-format {cfg.log_format!r}: text or json")
-    if cfg.canary.interval <= 0 or cfg.canary.max_requests <= 0 or cfg.canary.max_tokens <= 0:
-        raise ValueError("canary interval, max-requests and max-tokens must be positive")
+    for knob in ("interval", "max_requests", "max_tokens"):
+        if getattr(cfg.canary, knob, 1) <= 0:
+            raise ValueError(f"--canary-{knob.replace('_', '-')} must be positive")

@@ -22,6 +22,13 @@ def _seconds_since(rfc3339: str) -> int:
     return max(0, math.ceil((dt.datetime.now(dt.timezone.utc) - t).total_seconds()))
 
 
+def ts_key(rfc3339: str) -> str:
+    """A sortable form of a kubelet timestamp. RFC3339Nano trims trailing zeros (`...00.12Z` vs `...00.123Z`),
+    so plain string order is wrong; pad the fraction to nanoseconds."""
+    base, dot, frac = rfc3339.rstrip("Z").partition(".")
+    return f"{base}.{(frac if dot else '').ljust(9, '0')}"
+
+
 class PodLogFollower:
     def __init__(self, api: Any, namespace: str, pod: str, container: str,
                  on_restart: Callable[[], None] | None = None) -> None:
@@ -63,7 +70,7 @@ class PodLogFollower:
                                   "_preload_content": False}
         if self.last_ts:
             # The client has no sinceTime: ask from a little before the last line, then drop what was handed on.
-            kwargs["since_seconds"] = _seconds_since(self.last_ts) + 2
+            kwargs["since_seconds"] = _seconds_since(self.last_ts) + 2  # last_ts is a ts_key(): same prefix
         resp = self.api.read_namespaced_pod_log(self.pod, self.namespace, **kwargs)
         skip_ts, skip_n = self.last_ts, self.seen_at_last_ts
         buf = b""
@@ -74,6 +81,7 @@ class PodLogFollower:
             *lines, buf = buf.split(b"\n")
             for raw in lines:
                 ts, _, text = raw.decode("utf-8", "replace").partition(" ")
+                ts = ts_key(ts)
                 if skip_ts:
                     if ts < skip_ts:
                         continue

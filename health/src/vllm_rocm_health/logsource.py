@@ -55,6 +55,8 @@ def follow_file(path: str, stop: threading.Event, poll: float = 0.2, from_start:
             log.info("log file %s was rotated; reopening", path)
             f.close()
             f = None
+            if buf:  # the old file's unterminated last line will never be completed
+                yield buf
             buf = ""
             continue
         if st.st_size < cur:

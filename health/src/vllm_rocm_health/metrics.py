@@ -10,7 +10,8 @@ from prometheus_client.registry import Collector
 
 from .state import LogState
 
-FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed", "unsupported_mode")
+# Exactly the label values of docs/contracts.md (an unsupported-mode ValueError counts as `exception`).
+FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed")
 PHASES = ("decode", "mixed", "unspecified")
 RUNTIME_MODES = ("FULL", "PIECEWISE")
 

@@ -6,10 +6,12 @@ from .state import EngineState
 
 
 def decide(engine: EngineState, server_healthy: bool | None, canary_enabled: bool,
-           canary_passing: bool | None, canary_reason: str) -> tuple[bool, str]:
+           canary_passing: bool | None, canary_reason: str, capture_gate: bool = True) -> tuple[bool, str]:
+    """(ready, reason). `capture_gate=False` when no log source is configured: the capture state is then
+    unknowable, so readiness rests on /health and the canary alone (documented in health/README.md)."""
     if engine.failures:
         return False, "engine start failed: " + ", ".join(sorted(engine.failures))
-    if not (engine.capture_finished or engine.runs_without_graphs):
+    if capture_gate and not (engine.capture_finished or engine.runs_without_graphs):
         return False, f"CUDA-graph capture not finished ({engine.progress:.0%})"
     if server_healthy is None:
         return False, "vLLM /health not polled yet"

@@ -65,6 +65,16 @@ def modes_from_bars(bars: dict[tuple[str, str], int] | dict[tuple[str, str], tup
     return requested
 
 
+def _may_profile_capture(version: str) -> bool:
+    """Whether this release can run the V2 runner's profile-only capture (0.26 for dense models, default 0.30+).
+    Older releases never do, so their `finished` line is final even if `Available KV cache memory` was missed."""
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        return True  # unknown version (log joined mid-way): be conservative
+    return (major, minor) >= (0, 26)
+
+
 class LogState:
     """Folds the events of a log into the state of the engine it describes."""
 
@@ -76,10 +86,13 @@ class LogState:
         self.failures_total: dict[str, int] = {}
         self._args_requested = ""
         self._args_eager = False
+        self._fresh = False  # restart() already counted the engine whose config line comes next
 
-    def restart(self) -> None:
-        """A new engine instance (new config line, or the container restarted)."""
+    def restart(self, container: bool = False) -> None:
+        """A new engine instance (new config line, or `container=True`: the log source saw the container
+        restart; the new container's config line then belongs to this restart and must not count again)."""
         self.restarts += 1
+        self._fresh = container
         self.engine = EngineState(requested=self.requested_hint or "unknown",
                                   effective=self.requested_hint or "unknown")
         self._args_requested = ""
@@ -91,6 +104,12 @@ class LogState:
             self.apply(ev)
         return events
 
+    def feed_block(self, block: bytes) -> int:
+        """Feed a block of complete raw lines at once (fast path for offline parsing); returns its line count."""
+        for line in lp.candidate_lines(block):
+            self.feed(line)
+        return block.count(b"\n")
+
     def apply(self, ev: lp.Event) -> None:
         e = self.engine
         k = ev.kind
@@ -99,24 +118,35 @@ class LogState:
             self._args_requested = ev.mode
             e.requested = e.effective = ev.mode
         elif k == lp.ENGINE_START:
-            if self.engines_seen:
+            if self.engines_seen and not self._fresh:
                 args, eager = self._args_requested, self._args_eager
                 self.restart()
                 self._args_requested, self._args_eager = args, eager
             self.engines_seen += 1
+            self._fresh = False
             e = self.engine
             e.version = ev.text
             requested = self._args_requested or (ev.mode if ev.mode != "unknown" else "") or self.requested_hint
             e.requested = requested or "unknown"
             e.effective = e.requested
+            if self._args_requested and ev.mode not in ("unknown", self._args_requested):
+                # A config-stage override (pooling model, KV connector, DCP, ...) already changed the mode.
+                e.effective = ev.mode
+                e.downgrade_warned = True
+                e.downgrade_reason = e.downgrade_reason or "config override"
             if self._args_eager:
                 self._set_eager(e)
         elif k == lp.EAGER:
             if "--enforce-eager" in ev.text:
                 self._args_eager = True
             self._set_eager(e)
+        elif k == lp.PROFILED:
+            # Resolved mode as the profiler sees it. FULL alone may be FULL or FULL_DECODE_ONLY: keep the request.
+            if not (ev.mode == "FULL" and e.effective in ("FULL", "FULL_DECODE_ONLY")):
+                e.effective = ev.mode
+            e.bars_differ = e.requested != "unknown" and e.effective != e.requested
         elif k == lp.DOWNGRADE:
-            if e.requested == "unknown":
+            if e.requested == "unknown" and ev.text:
                 e.requested = ev.text
             e.effective = ev.mode
             e.downgrade_warned = e.effective != e.requested
@@ -137,7 +167,7 @@ class LogState:
         elif k == lp.FINISHED:
             if e.capture_finished:
                 return  # one line per TP worker: the first one counts
-            if not e.kv_cache_seen:
+            if not e.kv_cache_seen and _may_profile_capture(e.version):
                 # V2 runner (0.30+): a profile-only capture runs before the KV cache is sized. Not the real one.
                 # Each TP worker logs the line; only rank 0 draws bars, so count a pass once per bar set.
                 if e.bars:

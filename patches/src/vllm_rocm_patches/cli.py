@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, engine, series, target
-from .errors import EXIT_OK, PatchToolError, UsageError
+from .errors import EXIT_OK, PatchToolError, TargetNotFound, UsageError
 
 log = logging.getLogger("vllm_rocm_patches")
 
@@ -19,9 +19,15 @@ Apply the vLLM ROCm patch series to an installed vLLM, exactly and atomically.
 
 The series (one directory per supported vLLM release under patches/) fixes the CUDA-graph support the
 AITER FlashAttention backend declares (vllm#25104). vLLM is located without importing it: give a
-site-packages directory (or an unpacked wheel root) as TARGET, or --python PYEXE to use that
-interpreter's site-packages. The release is read from the vllm dist-info METADATA and vllm/_version.py,
-and every target file must have the sha256 recorded for that release before anything is changed.
+site-packages directory (or an unpacked wheel root) as TARGET, or --python PYEXE to use the directory
+that interpreter would import vllm from. The release is read from the vllm dist-info METADATA and
+vllm/_version.py, and every target file must have the sha256 recorded for that release before anything
+is changed. The files themselves are matched against every release of the series too (a second opinion
+shown by `status`); a release the series does not know is judged by what its file declares.
+
+TARGET may also be a vLLM SOURCE tree (an unpacked sdist or a checkout: a directory with vllm/ but no
+vllm-*.dist-info/), as a source-build Dockerfile patches before building; name its release with
+--release X.Y.Z (it must agree with PKG-INFO / vllm/_version.py when those give a final release).
 
 commands:
   status TARGET [--json]             per patch: applicable / applied / fixed upstream / not needed / conflict
@@ -46,7 +52,12 @@ def _add_target(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--python",
         metavar="PYEXE",
-        help="use the site-packages of this interpreter instead of TARGET (vLLM is not imported)",
+        help="use the vllm/ this interpreter would import instead of TARGET (vLLM is not imported)",
+    )
+    p.add_argument(
+        "--release",
+        metavar="X.Y.Z",
+        help="the vLLM release of TARGET; needed for a source tree (vllm/ without a dist-info)",
     )
 
 
@@ -85,12 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _human(rep: engine.Report) -> str:
     t = rep.target
-    head = f"vLLM {t.version} at {t.root}"
+    head = f"vLLM {t.version} at {t.root}" + (" (source tree)" if t.kind == "source" else "")
     if rep.known:
         head += f" -- series {rep.series_id} (sha256 {rep.series_sha256[:12]})"
     else:
         head += " -- not a release the series knows; judged by file content"
     lines = [head]
+    if rep.content_matches:
+        lines.append(f"  files match: {', '.join(rep.content_matches)}")
+    else:
+        lines.append("  files match: no release file of the series")
     for e in rep.entries:
         lines.append(
             f"  {e.id}: {e.state.replace('-', ' ')}" + (f" [{e.action}]" if e.action != "none" else "")
@@ -141,7 +156,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.target and args.python:
         raise UsageError("give either TARGET or --python, not both")
-    tgt = target.detect(target.resolve_root(args.target, args.python))
+    root = target.resolve_root(args.target, args.python)
+    try:
+        tgt = target.detect(root, args.release)
+    except TargetNotFound as exc:
+        matches = engine.content_matches(sset, root)
+        if matches:  # the metadata is missing but the files tell: say which --release would fit
+            raise TargetNotFound(f"{exc} (its files match vLLM {', '.join(matches)})") from None
+        raise
     if args.command == "status":
         rep = engine.analyze(sset, tgt, "status")
         rep.summary = "ok" if rep.exit_code == EXIT_OK else "conflicts found"

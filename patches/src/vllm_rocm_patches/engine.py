@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, fsio, pysource, series, unidiff
-from .errors import EXIT_FAILED, EXIT_OK, PatchConflict, SeriesError
+from .errors import EXIT_FAILED, EXIT_OK, PatchConflict, SeriesError, WriteError
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ class Report:
     changed: bool = False
     summary: str = ""
     record_notes: list[str] = field(default_factory=list)
+    # which release files of the series the target's files are byte-identical to, e.g. "0.10.2 pristine"
+    content_matches: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +82,8 @@ class Report:
                 "release": self.target.release,
                 "sources": self.target.sources,
                 "known_to_series": self.known,
+                "tree": self.target.kind,
+                "content_matches": self.content_matches,
             },
             "series": {"id": self.series_id, "sha256": self.series_sha256, "dir": str(self.series_root)},
             "entries": [e.to_json() for e in self.entries],
@@ -283,6 +287,29 @@ def _analyze_unknown(fix: series.Fix, target: Target, sset: series.SeriesSet) ->
     return res
 
 
+def content_matches(sset: series.SeriesSet, root: Path) -> list[str]:
+    """The release each target file is byte-identical to (`0.10.2 pristine` / `0.10.2 patched`).
+
+    The second opinion on the release, next to the metadata: it names the release a file really comes
+    from when the metadata lies or is missing.
+    """
+    hashes: dict[str, str | None] = {}
+    out: list[str] = []
+    for rel_id, rs in sorted(sset.releases.items(), key=lambda kv: _release_key(kv[0])):
+        for e in rs.entries:
+            for rel, pins in e.files.items():
+                if rel not in hashes:
+                    hashes[rel] = fsio.sha256_file(root / rel)
+                for kind in ("pristine", "patched"):
+                    if hashes[rel] is not None and pins.get(f"{kind}_sha256") == hashes[rel]:
+                        out.append(f"{rel_id} {kind}")
+    return list(dict.fromkeys(out))
+
+
+def _release_key(release: str) -> list[int]:
+    return [int(x) for x in release.split(".") if x.isdigit()]
+
+
 def analyze(sset: series.SeriesSet, target: Target, command: str) -> Report:
     rs = sset.releases.get(target.release) if target.is_final_release else None
     rep = Report(
@@ -306,7 +333,12 @@ def analyze(sset: series.SeriesSet, target: Target, command: str) -> Report:
                 rep.entries.append(_analyze_patch(entry, target.root, rs.release))
             else:
                 rep.entries.append(_analyze_record(entry, target.root, rs.release, sset))
+    rep.content_matches = content_matches(sset, target.root)
     bad = [e for e in rep.entries if e.state not in OK_STATES]
+    other = [m for m in rep.content_matches if rs is None or not m.startswith(rs.release + " ")]
+    for e in bad if other else []:
+        if "sha256 mismatch" in e.message or "expected upstream state not found" in e.message:
+            e.message += f" (the files are those of vLLM {', '.join(other)}: wrong release?)"
     rep.exit_code = EXIT_FAILED if bad else EXIT_OK
     return rep
 
@@ -342,6 +374,18 @@ def _write(target: Target, contents: dict[str, bytes], rep: Report) -> None:
     writer.commit()
 
 
+def _write_or_report(target: Target, contents: dict[str, bytes], rep: Report) -> bool:
+    """`_write`, but a refused write (read-only file, full disk) becomes a failed report, not a traceback."""
+    try:
+        _write(target, contents, rep)
+    except WriteError as exc:
+        rep.exit_code = EXIT_FAILED
+        rep.summary = f"refused: {exc}"
+        _fill_after(rep, target)
+        return False
+    return True
+
+
 def _fill_after(rep: Report, target: Target) -> None:
     for e in rep.entries:
         for rel, info in e.files.items():
@@ -370,7 +414,8 @@ def apply(sset: series.SeriesSet, target: Target, dry_run: bool = False) -> Repo
             e.action = "would-apply"
         rep.summary = f"dry run: would apply {len(todo)} patch(es); nothing written"
     else:
-        _write(target, contents, rep)
+        if not _write_or_report(target, contents, rep):
+            return rep
         for e in todo:
             e.action, e.state, e.message = "applied", APPLIED, "applied now"
             e.postconditions = _checks(e.spec, e.forward) if e.spec else e.postconditions
@@ -391,7 +436,8 @@ def revert(sset: series.SeriesSet, target: Target) -> Report:
     for e in todo:
         contents.update(e.reverse)
     if todo:
-        _write(target, contents, rep)
+        if not _write_or_report(target, contents, rep):
+            return rep
         for e in todo:
             e.action, e.state, e.message = "reverted", APPLICABLE, "reverted to the released file"
             e.postconditions = _checks(e.spec, e.reverse) if e.spec else e.postconditions

@@ -63,7 +63,7 @@ def record_entry(record_text: str, path: str) -> tuple[str, str] | None:
 
 
 def check_writable(path: Path) -> None:
-    """Refuse files without any write bit, also as root (root ignores the mode; `docker build` runs as root)."""
+    """Refuse files with no write bit, even as root (root ignores modes and `docker build` runs as root)."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:

@@ -92,7 +92,7 @@ def _load_json(path: Path) -> Any:
 
 
 def read_series_file(path: Path) -> list[str]:
-    """Patch names listed in a quilt `series` file (comments and blanks dropped, `-pN` other than -p1 refused)."""
+    """Patch names in a quilt `series` file (comments and blanks dropped, options other than -p1 refused)."""
     names = []
     for raw in path.read_text(encoding="utf-8").splitlines():
         line = raw.split("#", 1)[0].strip()
@@ -153,7 +153,10 @@ def _load_release(directory: Path, fixes: dict[str, Fix]) -> ReleaseSeries:
         raise SeriesError(f"{directory}: no quilt 'series' file")
     entries = []
     for raw in meta.get("entries", []):
-        entries.append(_load_entry(raw, directory, meta_path, fixes))
+        entry = _load_entry(raw, directory, meta_path, fixes)
+        if entry.state == "patch" and release not in entry.targets:
+            raise SeriesError(f"{meta_path}: {entry.id} targets {entry.targets}, not this release {release}")
+        entries.append(entry)
     seen: dict[str, str] = {}
     for e in entries:  # one entry per file per release keeps every state decidable from a single hash
         for path in e.files:

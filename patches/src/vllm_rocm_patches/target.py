@@ -10,23 +10,39 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import PatchConflict, TargetNotFound
+from .errors import PatchConflict, TargetNotFound, UsageError
 
 log = logging.getLogger(__name__)
 
 _PUBLIC_RE = re.compile(r"^\d+(\.\d+)*$")
-_SYSCONFIG_CODE = (
-    "import json, sysconfig; "
-    "print(json.dumps([sysconfig.get_path('purelib'), sysconfig.get_path('platlib')]))"
-)
+_RELEASE_ARG_RE = re.compile(r"^\d+(\.\d+)+(\+[A-Za-z0-9.]+)?$")
+# Run by the target interpreter with -I (no PYTHONPATH, no user site, no cwd): where would `import vllm` look?
+# PathFinder.find_spec only searches sys.path; it does not execute vllm/__init__.py.
+_PROBE_CODE = """\
+import json, site, sys, sysconfig
+from importlib.machinery import PathFinder
+spec = PathFinder.find_spec("vllm")
+found = None
+if spec is not None:
+    locs = list(spec.submodule_search_locations or [])
+    found = locs[0] if locs else spec.origin
+dirs = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+dirs += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+print(json.dumps({"vllm": found, "site": dirs, "python": sys.version.split()[0]}))
+"""
 
 
 @dataclass
 class Target:
-    root: Path  # the directory holding vllm/ (site-packages or an unpacked wheel root)
+    root: Path  # the directory holding vllm/ (site-packages, an unpacked wheel root or a source tree)
     dist_info: Path | None
     version: str  # as found, e.g. "0.10.2+rocm700"
     sources: dict[str, str] = field(default_factory=dict)  # where each version string came from
+
+    @property
+    def kind(self) -> str:
+        """`installed` (has a vllm dist-info) or `source` (an sdist / checkout: vllm/ without dist-info)."""
+        return "installed" if self.dist_info is not None else "source"
 
     @property
     def release(self) -> str:
@@ -38,32 +54,34 @@ class Target:
         return bool(_PUBLIC_RE.match(self.release))
 
 
-def site_packages_of(python: str) -> list[Path]:
-    """Ask interpreter `python` for its purelib/platlib (it runs sysconfig only; vLLM is never imported)."""
+def locate_with_python(python: str) -> Path:
+    """The directory holding the `vllm/` that interpreter `python` would import (vLLM is never imported)."""
     try:
         proc = subprocess.run(
-            [python, "-I", "-c", _SYSCONFIG_CODE], capture_output=True, text=True, timeout=60, check=False
+            [python, "-I", "-c", _PROBE_CODE], capture_output=True, text=True, timeout=60, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TargetNotFound(f"cannot run --python {python}: {exc}") from None
     if proc.returncode != 0:
         raise TargetNotFound(f"--python {python} failed ({proc.returncode}): {proc.stderr.strip()}")
-    paths: list[Path] = []
-    for p in json.loads(proc.stdout):
-        if p and Path(p) not in paths:
-            paths.append(Path(p))
-    return paths
+    try:
+        info = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise TargetNotFound(f"--python {python} printed no usable answer: {proc.stdout[-500:]!r}") from None
+    if info.get("vllm"):
+        root = Path(info["vllm"]).parent
+        log.info("--python %s (Python %s) imports vllm from %s", python, info.get("python"), root)
+        return root
+    # Not importable; still look in its site dirs in case sys.path differs at run time (e.g. .pth files).
+    for d in dict.fromkeys(p for p in info.get("site", []) if p):
+        if (Path(d) / "vllm").is_dir():
+            return Path(d)
+    raise TargetNotFound(f"no vllm/ package on the sys.path or in the site-packages of {python}: {info.get('site')}")
 
 
 def resolve_root(target: str | None, python: str | None) -> Path:
     if python:
-        candidates = site_packages_of(python)
-        for c in candidates:
-            if (c / "vllm").is_dir():
-                return c
-        raise TargetNotFound(
-            f"no vllm/ package in the site-packages of {python}: {[str(c) for c in candidates]}"
-        )
+        return locate_with_python(python)
     if not target:
         raise TargetNotFound("give a TARGET directory or --python PYEXE")
     root = Path(target)
@@ -71,7 +89,8 @@ def resolve_root(target: str | None, python: str | None) -> Path:
         raise TargetNotFound(f"TARGET {root} does not exist or is not a directory")
     if not (root / "vllm").is_dir():
         raise TargetNotFound(
-            f"no vllm/ package in {root} (expected a site-packages dir or an unpacked wheel root)"
+            f"no vllm/ package in {root} (expected a site-packages dir, an unpacked wheel root or a vLLM"
+            " source tree)"
         )
     return root
 
@@ -119,23 +138,41 @@ def _version_from_module(path: Path) -> str | None:
     return None
 
 
-def detect(root: Path) -> Target:
-    """Read the release from dist-info METADATA and vllm/_version.py (or version.py); they must agree."""
+def check_release_arg(release: str) -> str:
+    if not _RELEASE_ARG_RE.match(release):
+        raise UsageError(f"--release {release!r} is not a release number like 0.10.2")
+    return release
+
+
+def detect(root: Path, release: str | None = None) -> Target:
+    """Read the release from dist-info METADATA, an sdist's PKG-INFO and vllm/_version.py; they must agree.
+
+    `release` (the --release option) names the release of a source tree, which has no dist-info. Every
+    version source found must agree with it, except development versions (a git checkout says e.g.
+    0.10.2.dev3+gabc): those only warn, because the pristine sha256 pins decide whether a patch fits.
+    """
     sources: dict[str, str] = {}
     dist_info = _find_dist_info(root)
     if dist_info is not None:
         v = _metadata_field(dist_info / "METADATA", "Version")
         if v:
             sources[f"{dist_info.name}/METADATA"] = v
+    if dist_info is None and (root / "PKG-INFO").is_file():  # an unpacked sdist
+        if (_metadata_field(root / "PKG-INFO", "Name") or "").lower() == "vllm":
+            v = _metadata_field(root / "PKG-INFO", "Version")
+            if v:
+                sources["PKG-INFO"] = v
     for mod in ("vllm/_version.py", "vllm/version.py"):
         v = _version_from_module(root / mod) if (root / mod).is_file() else None
         if v:
             sources[mod] = v
             break
+    if release is not None:
+        return _with_release_arg(root, dist_info, check_release_arg(release), sources)
     if not sources:
         raise TargetNotFound(
-            f"cannot tell the vLLM release in {root}: no vllm dist-info METADATA and no version in "
-            "vllm/_version.py or vllm/version.py"
+            f"cannot tell the vLLM release in {root}: no vllm dist-info METADATA, no PKG-INFO and no version in "
+            "vllm/_version.py or vllm/version.py; for a source tree pass --release X.Y.Z"
         )
     versions = set(sources.values())
     if len(versions) > 1:
@@ -146,3 +183,19 @@ def detect(root: Path) -> Target:
     version = versions.pop()
     log.debug("detected vLLM %s in %s from %s", version, root, sorted(sources))
     return Target(root, dist_info, version, sources)
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def _with_release_arg(root: Path, dist_info: Path | None, release: str, sources: dict[str, str]) -> Target:
+    for where, found in sources.items():
+        if _public(found) == _public(release):
+            continue
+        if _PUBLIC_RE.match(_public(found)) or where.endswith("METADATA"):
+            raise PatchConflict(f"--release {release} contradicts {root}: {where} says {found}")
+        log.warning("%s says %s (a development version); using --release %s", where, found, release)
+    sources = {**sources, "--release": release}
+    log.debug("vLLM %s in %s named by --release", release, root)
+    return Target(root, dist_info, release, sources)

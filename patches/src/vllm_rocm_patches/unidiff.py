@@ -60,7 +60,7 @@ def _strip_prefix(path: str) -> str:
 
 
 def parse(text: str, source: str = "<patch>") -> list[FilePatch]:
-    """Parse the diff part of `text`; anything before the first `--- `/`+++ ` pair (a DEP-3 header) is skipped."""
+    """Parse the diff part of `text`; what precedes the first `--- `/`+++ ` pair (DEP-3 header) is skipped."""
     lines = text.splitlines(keepends=True)
     patches: list[FilePatch] = []
     i = 0

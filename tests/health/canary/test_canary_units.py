@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-
-from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
-from vllm_rocm_health.canary import fingerprint, problems
+from vllm_rocm_health.canary import CanaryConfig, CanaryRunner, fingerprint, problems
 from vllm_rocm_health.canary.baseline import Baseline, BaselineError
 from vllm_rocm_health.canary.runner import budget
 
@@ -92,7 +90,8 @@ def test_server_down_is_an_error_not_a_crash(tmp_path: Path) -> None:
     path = tmp_path / "b.json"
     _baseline().save(path)
     reg = CollectorRegistry()
-    runner = CanaryRunner(CanaryConfig(baseline=str(path), timeout=2, seed=1, num_problems=2), f"http://127.0.0.1:{_closed_port()}", reg, "m")
+    cfg = CanaryConfig(baseline=str(path), timeout=2, seed=1, num_problems=2)
+    runner = CanaryRunner(cfg, f"http://127.0.0.1:{_closed_port()}", reg, "m")
     assert runner.enabled and runner.passing is None
     result = runner.run_once()
     assert result.outcome == "error"

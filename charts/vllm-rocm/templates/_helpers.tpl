@@ -1,0 +1,441 @@
+{{- define "vllm-rocm.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "vllm-rocm.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "vllm-rocm.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "vllm-rocm.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "vllm-rocm.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "vllm-rocm.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.vllm.release | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: vllm-rocm
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "vllm-rocm.annotations" -}}
+{{- with .Values.commonAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "vllm-rocm.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "vllm-rocm.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* repository[:tag][@digest]; the digest wins over the tag. */}}
+{{- define "vllm-rocm.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .default .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "vllm-rocm.image" -}}
+{{- include "vllm-rocm.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "vllm-rocm.sidecarImage" -}}
+{{- include "vllm-rocm.imageRef" (dict "image" .Values.sidecar.image "default" .Chart.Version) -}}
+{{- end -}}
+
+{{- define "vllm-rocm.servedName" -}}
+{{- default .Values.model.name .Values.model.servedName -}}
+{{- end -}}
+
+{{/* "major.minor" of vllm.release as a comparable semver. */}}
+{{- define "vllm-rocm.release" -}}
+{{- $parts := splitList "." (toString .Values.vllm.release) -}}
+{{- printf "%s.%s.0" (index $parts 0) (index $parts 1) -}}
+{{- end -}}
+
+{{/* "major.minor.patch" of vllm.release (0.10.1.1 -> 0.10.1; a missing patch is 0). */}}
+{{- define "vllm-rocm.releasePatch" -}}
+{{- $parts := splitList "." (toString .Values.vllm.release) -}}
+{{- $patch := "0" -}}
+{{- if gt (len $parts) 2 -}}{{- $patch = default "0" (regexFind "^[0-9]+" (index $parts 2)) -}}{{- end -}}
+{{- printf "%s.%s.%s" (index $parts 0) (index $parts 1) $patch -}}
+{{- end -}}
+
+{{/* /dev/shm size: explicit value or perGpuGi * TP + baseGi. */}}
+{{- define "vllm-rocm.shmSize" -}}
+{{- if .Values.shm.sizeLimit -}}
+{{- .Values.shm.sizeLimit -}}
+{{- else -}}
+{{- printf "%dGi" (add (mul (int .Values.shm.perGpuGi) (int .Values.tensorParallelSize)) (int .Values.shm.baseGi)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Is the AITER FlashAttention backend in use? Explicit backend, or auto-selected by AITER+MHA env on 0.10.x..0.14. */}}
+{{- define "vllm-rocm.aiterFA" -}}
+{{- $rel := include "vllm-rocm.release" . -}}
+{{- if eq .Values.attentionBackend "ROCM_AITER_FA" -}}true
+{{- else if and (not .Values.attentionBackend) .Values.aiter.enabled .Values.aiter.mha (semverCompare "<0.20.0-0" $rel) -}}true
+{{- end -}}
+{{- end -}}
+
+{{/* Reject combinations known to be wrong (see docs/runbook.md and /work/shared/notes/aiter-fa-fix.md).
+AITER FA graph support per release: 0.10.1.x NEVER (unpatched), 0.10.2 ALWAYS (unpatched: wrong), patched or 0.11..0.19
+UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECEWISE), 0.20+ UNIFORM_BATCH. */}}
+{{- define "vllm-rocm.validate" -}}
+{{- $rel := include "vllm-rocm.release" . -}}
+{{- $mode := .Values.compilation.cudagraphMode -}}
+{{- $aiterFA := include "vllm-rocm.aiterFA" . -}}
+{{- $graphs := and (ne $mode "NONE") (not .Values.enforceEager) -}}
+{{- $unpatched010 := and (not .Values.vllm.patched) (semverCompare "<0.11.0-0" $rel) -}}
+{{- if and .Values.attentionBackend (semverCompare "<0.14.0-0" $rel) -}}
+{{- fail (printf "attentionBackend=%s needs vLLM >= 0.14 (vllm.release=%s has no --attention-backend flag; on 0.10.x/0.11 AITER FA is chosen by aiter.enabled + aiter.mha)" .Values.attentionBackend (toString .Values.vllm.release)) -}}
+{{- end -}}
+{{- if and $graphs $aiterFA $unpatched010 (semverCompare "<0.10.2-0" (include "vllm-rocm.releasePatch" .)) (hasPrefix "FULL" $mode) -}}
+{{- fail (printf "compilation.cudagraphMode=%s with the AITER FlashAttention backend on an unpatched vLLM %s fails at capture: the backend's full-graph flag is dead code, so its support is AttentionCGSupport.NEVER (vllm#25104 fixes it). Use compilation.cudagraphMode=PIECEWISE, or an image with the AITER FA patch (vllm.patched=true), which makes FULL_AND_PIECEWISE possible." $mode (toString .Values.vllm.release)) -}}
+{{- end -}}
+{{- if and $graphs $aiterFA $unpatched010 (eq $mode "FULL") -}}
+{{- fail (printf "compilation.cudagraphMode=FULL with the AITER FlashAttention backend on an unpatched vLLM %s gives silently wrong outputs and capture OOMs (vllm#25104: the backend wrongly declared full-graph support ALWAYS, so prefill is frozen into every graph). Use compilation.cudagraphMode=FULL_AND_PIECEWISE, or an image with the AITER FA patch (vllm.patched=true)." (toString .Values.vllm.release)) -}}
+{{- end -}}
+{{- if and $graphs $aiterFA .Values.speculativeConfig (hasPrefix "FULL" $mode) (or (eq $mode "FULL") $unpatched010) (semverCompare "<0.20.0-0" $rel) -}}
+{{- fail (printf "compilation.cudagraphMode=%s with speculative decoding on the AITER FlashAttention backend (vLLM %s): decode graphs have query length 1+k, which this backend cannot run as full graphs (unpatched 0.10.2 freezes flash-attention in and returns wrong tokens; vllm#25104, vllm#31625). Use compilation.cudagraphMode=PIECEWISE, or another attentionBackend." $mode (toString .Values.vllm.release)) -}}
+{{- end -}}
+{{- range .Values.extraArgs -}}
+{{- if regexMatch "^-O" (toString .) -}}
+{{- fail (printf "extraArgs contains %q: -O meant the compilation config before vLLM 0.14 and the optimization level after, so the chart refuses it. Use compilation.* (rendered as --compilation-config) or --optimization-level N." (toString .)) -}}
+{{- end -}}
+{{- if regexMatch "^(--compilation-config|-cc)([=.].*)?$" (toString .) -}}
+{{- fail (printf "extraArgs contains %q: the chart already renders --compilation-config; use compilation.cudagraphMode, compilation.captureSizes and compilation.compilationConfig." (toString .)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.multiNode.enabled .Values.autoscaling.hpa.enabled -}}
+{{- fail "autoscaling.hpa is not supported with multiNode.enabled (a LeaderWorkerSet group spans nodes); use autoscaling.keda, which scales the LeaderWorkerSet" -}}
+{{- end -}}
+{{- if and .Values.autoscaling.hpa.enabled .Values.autoscaling.keda.enabled -}}
+{{- fail "enable only one of autoscaling.hpa and autoscaling.keda (both would fight over the replica count)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The --compilation-config JSON: cudagraph_mode + capture sizes + the free map. */}}
+{{- define "vllm-rocm.compilationConfig" -}}
+{{- $cc := deepCopy .Values.compilation.compilationConfig -}}
+{{- $_ := set $cc "cudagraph_mode" .Values.compilation.cudagraphMode -}}
+{{- if .Values.compilation.captureSizes -}}
+{{- $_ := set $cc "cudagraph_capture_sizes" .Values.compilation.captureSizes -}}
+{{- end -}}
+{{- toJson $cc -}}
+{{- end -}}
+
+{{/* Arguments after vllm.command (model + flags), one list item each. */}}
+{{- define "vllm-rocm.serveArgs" -}}
+- {{ .Values.model.name | quote }}
+- "--host"
+- "0.0.0.0"
+- "--port"
+- {{ .Values.vllm.port | quote }}
+- "--served-model-name"
+- {{ include "vllm-rocm.servedName" . | quote }}
+{{- with .Values.model.revision }}
+- "--revision"
+- {{ . | quote }}
+{{- end }}
+- "--tensor-parallel-size"
+- {{ .Values.tensorParallelSize | quote }}
+{{- if .Values.multiNode.enabled }}
+- "--pipeline-parallel-size"
+- {{ .Values.multiNode.nodes | quote }}
+- "--distributed-executor-backend"
+- "ray"
+{{- end }}
+- "--compilation-config"
+- {{ include "vllm-rocm.compilationConfig" . | toJson }}
+{{- if .Values.enforceEager }}
+- "--enforce-eager"
+{{- end }}
+{{- with .Values.attentionBackend }}
+- "--attention-backend"
+- {{ . | quote }}
+{{- end }}
+{{- with .Values.speculativeConfig }}
+- "--speculative-config"
+- {{ toJson . | toJson }}
+{{- end }}
+{{- with .Values.kvCacheDtype }}
+- "--kv-cache-dtype"
+- {{ . | quote }}
+{{- end }}
+{{- if gt (int .Values.maxNumSeqs) 0 }}
+- "--max-num-seqs"
+- {{ .Values.maxNumSeqs | quote }}
+{{- end }}
+{{- if gt (int .Values.maxModelLen) 0 }}
+- "--max-model-len"
+- {{ .Values.maxModelLen | quote }}
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "vllm-rocm.vllmEnv" -}}
+- name: VLLM_ROCM_USE_AITER
+  value: {{ ternary "1" "0" .Values.aiter.enabled | quote }}
+- name: VLLM_ROCM_USE_AITER_MHA
+  value: {{ ternary "1" "0" .Values.aiter.mha | quote }}
+- name: HF_HOME
+  value: {{ .Values.modelCache.mountPath | quote }}
+- name: VLLM_NO_USAGE_STATS
+  value: "1"
+{{- if .Values.compileCache.enabled }}
+- name: VLLM_CACHE_ROOT
+  value: {{ printf "%s/vllm" .Values.compileCache.mountPath | quote }}
+- name: TORCHINDUCTOR_CACHE_DIR
+  value: {{ printf "%s/inductor" .Values.compileCache.mountPath | quote }}
+{{- end }}
+{{- if .Values.hfToken.existingSecret }}
+- name: HF_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.hfToken.existingSecret | quote }}
+      key: {{ .Values.hfToken.key | quote }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "vllm-rocm.vllmVolumeMounts" -}}
+- name: dshm
+  mountPath: /dev/shm
+{{- if .Values.modelCache.enabled }}
+- name: model-cache
+  mountPath: {{ .Values.modelCache.mountPath | quote }}
+{{- end }}
+{{- if .Values.compileCache.enabled }}
+- name: compile-cache
+  mountPath: {{ .Values.compileCache.mountPath | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "vllm-rocm.vllmResources" -}}
+{{- $res := deepCopy .Values.resources -}}
+{{- $req := default dict $res.requests -}}
+{{- $lim := default dict $res.limits -}}
+{{- $_ := set $req "amd.com/gpu" (int .Values.tensorParallelSize) -}}
+{{- $_ := set $lim "amd.com/gpu" (int .Values.tensorParallelSize) -}}
+{{- $_ := set $res "requests" $req -}}
+{{- $_ := set $res "limits" $lim -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{- define "vllm-rocm.canaryConfigMap" -}}
+{{- if .Values.canary.existingConfigMap -}}
+{{- .Values.canary.existingConfigMap -}}
+{{- else if .Values.canary.baseline -}}
+{{- printf "%s-canary" (include "vllm-rocm.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "vllm-rocm.sidecar" -}}
+- name: health
+  image: {{ include "vllm-rocm.sidecarImage" . | quote }}
+  imagePullPolicy: {{ .Values.sidecar.image.pullPolicy }}
+  args:
+    - "serve"
+    - "--log-source"
+    - "k8s"
+    - "--k8s-container"
+    - "vllm"
+    - "--vllm-url"
+    - {{ printf "http://127.0.0.1:%v" .Values.vllm.port | quote }}
+    - "--listen"
+    - {{ printf "0.0.0.0:%v" .Values.sidecar.port | quote }}
+    - "--model"
+    - {{ include "vllm-rocm.servedName" . | quote }}
+    - "--requested-mode"
+    - {{ ternary "NONE" .Values.compilation.cudagraphMode .Values.enforceEager | quote }}
+    - "--canary-interval"
+    - {{ .Values.sidecar.canaryInterval | quote }}
+    {{- if gt (int .Values.sidecar.canaryMaxTokens) 0 }}
+    - "--canary-max-tokens"
+    - {{ .Values.sidecar.canaryMaxTokens | quote }}
+    {{- end }}
+    {{- if include "vllm-rocm.canaryConfigMap" . }}
+    - "--canary-baseline"
+    - {{ printf "%s/%s" .Values.canary.mountPath .Values.canary.key | quote }}
+    {{- end }}
+    {{- range .Values.sidecar.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    {{- with .Values.sidecar.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: health
+      containerPort: {{ .Values.sidecar.port }}
+      protocol: TCP
+  # Pod readiness = the sidecar's /readyz: capture finished (or eager) AND the latest canary passed.
+  # It lives on this container because a named probe port resolves against the probed container's own ports.
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: health
+    periodSeconds: {{ .Values.probes.readiness.periodSeconds }}
+    failureThreshold: {{ .Values.probes.readiness.failureThreshold }}
+    timeoutSeconds: {{ .Values.probes.readiness.timeoutSeconds }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: health
+    periodSeconds: 20
+    failureThreshold: 3
+  resources:
+    {{- toYaml .Values.sidecar.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.sidecar.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: tmp
+      mountPath: /tmp
+    # The API token is mounted into this container only (the pod has automountServiceAccountToken: false).
+    - name: kube-api-access
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+    {{- if include "vllm-rocm.canaryConfigMap" . }}
+    - name: canary-baseline
+      mountPath: {{ .Values.canary.mountPath | quote }}
+      readOnly: true
+    {{- end }}
+{{- end -}}
+
+{{- define "vllm-rocm.volumes" -}}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ include "vllm-rocm.shmSize" . }}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+# What automountServiceAccountToken would mount, but for the sidecar only: vLLM never gets API credentials.
+- name: kube-api-access
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                fieldPath: metadata.namespace
+{{- if .Values.modelCache.enabled }}
+- name: model-cache
+  persistentVolumeClaim:
+    claimName: {{ default (printf "%s-models" (include "vllm-rocm.fullname" .)) .Values.modelCache.existingClaim }}
+{{- end }}
+{{- if .Values.compileCache.enabled }}
+- name: compile-cache
+  persistentVolumeClaim:
+    claimName: {{ default (printf "%s-compile-cache" (include "vllm-rocm.fullname" .)) .Values.compileCache.existingClaim }}
+{{- end }}
+{{- with include "vllm-rocm.canaryConfigMap" . }}
+- name: canary-baseline
+  configMap:
+    name: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "vllm-rocm.affinity" -}}
+{{- $aff := deepCopy .Values.affinity -}}
+{{- if .Values.amdNodeAffinity.enabled -}}
+{{- $expr := dict "key" .Values.amdNodeAffinity.labelKey "operator" "Exists" -}}
+{{- if .Values.amdNodeAffinity.productNames -}}
+{{- $expr = dict "key" .Values.amdNodeAffinity.labelKey "operator" "In" "values" .Values.amdNodeAffinity.productNames -}}
+{{- end -}}
+{{- $na := default dict $aff.nodeAffinity -}}
+{{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" (list (dict "matchExpressions" (list $expr)))) -}}
+{{- $_ := set $aff "nodeAffinity" $na -}}
+{{- end -}}
+{{- if $aff -}}
+affinity:
+  {{- toYaml $aff | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level fields shared by the Deployment and the LeaderWorkerSet. */}}
+{{- define "vllm-rocm.podCommon" -}}
+serviceAccountName: {{ include "vllm-rocm.serviceAccountName" . }}
+automountServiceAccountToken: false
+terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- include "vllm-rocm.affinity" . | nindent 0 }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumes:
+  {{- include "vllm-rocm.volumes" . | nindent 2 }}
+{{- end -}}
+
+{{- define "vllm-rocm.vllmProbes" -}}
+startupProbe:
+  httpGet:
+    path: /health
+    port: http
+  periodSeconds: {{ .Values.probes.startup.periodSeconds }}
+  failureThreshold: {{ .Values.probes.startup.failureThreshold }}
+livenessProbe:
+  httpGet:
+    path: /health
+    port: http
+  periodSeconds: {{ .Values.probes.liveness.periodSeconds }}
+  failureThreshold: {{ .Values.probes.liveness.failureThreshold }}
+  timeoutSeconds: {{ .Values.probes.liveness.timeoutSeconds }}
+{{- end -}}

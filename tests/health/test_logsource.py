@@ -1,0 +1,84 @@
+"""The file log source in-process: start position, partial lines, truncation, rotation, a file that appears late."""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+from vllm_rocm_health.logsource import follow_file, retrying
+
+
+class Follower:
+    def __init__(self, path: Path, from_start: bool = True) -> None:
+        self.stop = threading.Event()
+        self.q: queue.Queue[str] = queue.Queue()
+        self.up: list[bool] = []
+        gen = follow_file(str(path), self.stop, poll=0.02, from_start=from_start, on_up=self.up.append)
+        self.t = threading.Thread(target=lambda: [self.q.put(x) for x in gen], daemon=True)
+        self.t.start()
+
+    def take(self, n: int, timeout: float = 3.0) -> list[str]:
+        return [self.q.get(timeout=timeout) for _ in range(n)]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.t.join(2)
+
+
+def _append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def test_from_end_partial_line_truncation_rotation(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text("old line\n")
+    fol = Follower(log, from_start=False)
+    try:
+        time.sleep(0.1)
+        _append(log, "first\nsec")          # the partial `sec` is held back until its newline
+        assert fol.take(1) == ["first"]
+        _append(log, "ond\n")
+        assert fol.take(1) == ["second"]
+        log.write_text("")                  # truncation (copytruncate)
+        time.sleep(0.1)
+        _append(log, "after truncate\n")
+        assert fol.take(1) == ["after truncate"]
+        os.rename(log, tmp_path / "vllm.log.1")  # rotation: a new file under the same name
+        log.write_text("rotated 1\nrotated 2\n")
+        assert fol.take(2) == ["rotated 1", "rotated 2"]
+        assert fol.q.empty() and fol.up[0] is True
+    finally:
+        fol.close()
+
+
+def test_waits_for_the_file_to_appear(tmp_path: Path) -> None:
+    log = tmp_path / "late.log"
+    fol = Follower(log)
+    try:
+        time.sleep(0.1)
+        assert fol.up and fol.up[-1] is False   # reported down while the file is missing
+        log.write_text("hello\n")
+        assert fol.take(1) == ["hello"]
+        assert fol.up[-1] is True
+    finally:
+        fol.close()
+
+
+def test_retrying_survives_a_source_that_raises() -> None:
+    stop = threading.Event()
+    calls = {"n": 0}
+    ups: list[bool] = []
+
+    def make():
+        calls["n"] += 1
+        yield f"line {calls['n']}"
+        if calls["n"] < 3:
+            raise ConnectionError("API went away")  # failure injection: the stream breaks mid-way
+        stop.set()
+
+    got = list(retrying(make, stop, ups.append, backoff=0.01))
+    assert got == ["line 1", "line 2", "line 3"]
+    assert ups.count(False) >= 2
