@@ -149,8 +149,8 @@ def test_bad_series_dir_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "not a series directory" in r.stderr
 
 
-def test_python_option_finds_site_packages_without_importing_vllm(tmp_path: Path, vllm_release) -> None:
-    """A real venv whose site-packages holds the 0.10.1.1 files; importing vllm there would fail."""
+def _venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A real venv (python -m venv) and its purelib, as sysconfig inside that venv reports it."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     py = venv / "bin" / "python"
@@ -162,12 +162,43 @@ def test_python_option_finds_site_packages_without_importing_vllm(tmp_path: Path
             check=True,
         ).stdout.strip()
     )
+    return py, purelib
+
+
+def test_image_build_path_with_python_option(tmp_path: Path, vllm_release) -> None:
+    """What the image build runs: `apply --python PY --report R`, then `verify --python PY --report R2`.
+
+    A real venv whose purelib holds the 0.10.1.1 files; importing vllm there would fail (no torch), so this
+    also proves vLLM is never imported.
+    """
+    py, purelib = _venv(tmp_path)
     shutil.copytree(vllm_release("0.10.1.1"), purelib, dirs_exist_ok=True)
-    r = run("apply", "--python", str(py))
+    report, vreport = tmp_path / "r" / "apply.json", tmp_path / "r" / "verify.json"
+    r = run("apply", "--python", str(py), "--report", str(report))
     assert r.returncode == 0, r.stderr
     assert f"at {purelib}" in r.stdout and "applied 1 patch(es)" in r.stdout
-    assert run("verify", "--python", str(py)).returncode == 0
+    data = json.loads(report.read_text())
+    assert data["target"] == str(purelib) and data["series"]["id"] == "vllm-0.10.1.1" and data["ok"]
+    assert data["release"]["content_matches"] == ["0.10.1.1 pristine"]  # what apply found before writing
+    r = run("verify", "--python", str(py), "--report", str(vreport))
+    assert r.returncode == 0, r.stdout
+    assert json.loads(vreport.read_text())["summary"] == "verified: every post-condition holds"
+    assert run("apply", "--python", str(py)).stdout.count("nothing to do") == 1
     assert run("status", str(purelib), "--python", str(py)).returncode == 2  # both: ambiguous usage
+
+
+def test_python_without_vllm_is_exit_2(tmp_path: Path) -> None:
+    py, _ = _venv(tmp_path)
+    r = run("apply", "--python", str(py))
+    assert r.returncode == 2 and "no vllm/ package on the sys.path" in r.stderr
+
+
+def test_status_names_the_release_the_files_come_from(release_copy) -> None:
+    tree = release_copy("0.10.2")
+    r = run("status", str(tree))
+    assert "files match: 0.10.2 pristine" in r.stdout
+    data = json.loads(run("status", str(tree), "--json").stdout)
+    assert data["release"]["content_matches"] == ["0.10.2 pristine"] and data["release"]["tree"] == "installed"
 
 
 @pytest.mark.skipif(PY39 is None, reason="no Python 3.9 interpreter on this machine")

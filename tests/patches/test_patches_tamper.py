@@ -59,6 +59,7 @@ def test_wrong_release_is_refused_by_hash(release_copy) -> None:
     assert rep.series_id == "vllm-0.10.1.1" and rep.exit_code == 1
     pin = SSET.releases["0.10.1.1"].entries[0].files[AITER_FA]["pristine_sha256"]
     assert pin in rep.entries[0].message and _sha(tree / AITER_FA) in rep.entries[0].message
+    assert "the files are those of vLLM 0.10.2 pristine: wrong release?" in rep.entries[0].message
     assert tree_snapshot(tree) == before
 
 

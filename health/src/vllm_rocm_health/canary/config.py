@@ -11,10 +11,10 @@ class CanaryConfig:
     baseline: Optional[str] = field(default=None, metadata={  # noqa: UP045 - the flag generator reads Optional
         "help": "baseline JSON recorded with `vllm-rocm-health baseline record`; the canary runs only when set"})
     interval: float = field(default=300.0, metadata={"help": "seconds between canary runs"})
-    num_problems: int = field(default=12, metadata={"help": "arithmetic problems per run (known exact answers)"})
+    num_problems: int = field(default=8, metadata={"help": "arithmetic problems per run (known exact answers)"})
     seed: int = field(default=20251202, metadata={"help": "seed of the generated problems (must match the baseline)"})
     max_tokens: int = field(default=8, metadata={"help": "max completion tokens per canary request"})
-    max_requests: int = field(default=24, metadata={"help": "upper bound on requests per run (load bound)"})
+    max_requests: int = field(default=16, metadata={"help": "upper bound on requests per run (load bound)"})
     concurrency: int = field(default=4, metadata={"help": "problems in flight at once"})
     long_prompts: int = field(default=2, metadata={
         "help": "long-prompt requests kept in flight during the problems (mixed prefill+decode batches)"})

@@ -56,4 +56,4 @@ LONG_TEXT = (
     "panels; stored programs followed, then assemblers, compilers, operating systems and networks. Each layer "
     "hid the one below it and made new kinds of work possible, while also making failures in the lower layers "
     "harder to see from above. "
-) * 12
+) * 5
