@@ -20,7 +20,7 @@ def test_problems_are_seeded_and_exact() -> None:
     for p in a:
         x, y = (int(t) for t in p.question.split() if t.isdigit())
         assert p.answer == x + y
-        assert p.prompt.endswith(f"Q: {p.question}\nA:")
+        assert p.prompt.endswith(f"\n{p.question} =")
 
 
 @pytest.mark.parametrize("text,expected", [(" 12", 12), (" 7 apples", 7), ("-3", -3), (" none", None), ("", None)])

@@ -40,8 +40,8 @@ def test_baseline_content(baseline_file: Path, vllm_server: VllmServer) -> None:
     b = json.loads(baseline_file.read_text())
     assert b["model"] == vllm_server.served_model_name
     assert len(b["answers"]) == CFG["num_problems"]
-    # The model really answers (integers parsed); SmolLM2-135M is weak at arithmetic, so the baseline score
-    # is low and the canary compares against the baseline's own answers' score, not against 1.0.
+    # The model really answers (integers parsed). The canary compares against the baseline's own score, not 1.0:
+    # a small model does not get every sum right.
     assert sum(a is not None for a in b["answers"]) >= CFG["num_problems"] // 2, b
     assert all(len(fp) > 5 for fp in b["fingerprints"])
 

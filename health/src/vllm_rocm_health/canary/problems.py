@@ -1,17 +1,13 @@
-"""Seeded arithmetic word problems with exact answers, asked few-shot at temperature 0, scored exactly."""
+"""Seeded arithmetic problems with exact answers, asked few-shot at temperature 0, scored exactly."""
 from __future__ import annotations
 
 import random
 import re
 from dataclasses import dataclass
 
-_NAMES = ["Tom", "Ana", "Lee", "Mia", "Sam", "Ivy", "Raj", "Zoe"]
-_THINGS = ["apples", "books", "coins", "pens", "cards", "shells"]
-_FEW_SHOT = (
-    "Q: Ben has 2 cups. He gets 3 more cups. How many cups does Ben have?\nA: 5\n\n"
-    "Q: Eve has 4 hats. She gets 1 more hat. How many hats does Eve have?\nA: 5\n\n"
-    "Q: Max has 6 keys. He gets 2 more keys. How many keys does Max have?\nA: 8\n\n"
-)
+# Plain few-shot sums: a 135M model gets most right in this form (11/16 measured with SmolLM2-135M) and
+# almost none as word problems, so a drop in score means something. Larger models score near 1.
+_FEW_SHOT = "2 + 3 = 5\n4 + 1 = 5\n6 + 2 = 8\n3 + 3 = 6\n"
 _INT = re.compile(r"-?\d+")
 
 
@@ -22,19 +18,16 @@ class Problem:
 
     @property
     def prompt(self) -> str:
-        return f"{_FEW_SHOT}Q: {self.question}\nA:"
+        return f"{_FEW_SHOT}{self.question} ="
 
 
 def generate(seed: int, count: int) -> list[Problem]:
-    """Small additions: a 135M model gets many right, so a corrupted one visibly scores lower."""
+    """Single-digit additions with exact answers."""
     rng = random.Random(seed)
     out = []
     for _ in range(count):
-        name, thing = rng.choice(_NAMES), rng.choice(_THINGS)
         a, b = rng.randint(1, 9), rng.randint(1, 9)
-        pron = "She" if name in ("Ana", "Mia", "Ivy", "Zoe") else "He"
-        out.append(Problem(f"{name} has {a} {thing}. {pron} gets {b} more {thing}. "
-                           f"How many {thing} does {name} have?", a + b))
+        out.append(Problem(f"{a} + {b}", a + b))
     return out
 
 

@@ -1,0 +1,142 @@
+"""docker/compose.yaml and docker/prometheus/prometheus.yml, checked without an engine.
+
+The compose file is validated against the Compose Specification JSON schema (vendored by check-jsonschema),
+raw and after interpolating its ${VAR:-default}s the way compose does; `docker compose config -q` runs too
+when the compose plugin is installed. The Prometheus config is checked with promtool against the real rules."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.docker.conftest import DOCKER, REPO, tool
+
+COMPOSE = DOCKER / "compose.yaml"
+PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
+RULES = REPO / "charts" / "vllm-rocm" / "files" / "alerts.rules.yaml"
+INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    return INTERP.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""), text)
+
+
+def load(env: dict[str, str] | None = None) -> dict:
+    return yaml.safe_load(interpolate(COMPOSE.read_text(), env or {}))
+
+
+def schema_check(path: Path) -> None:
+    res = subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_compose_matches_the_compose_spec(tmp_path: Path) -> None:
+    schema_check(COMPOSE)
+    resolved = tmp_path / "compose.yaml"
+    resolved.write_text(interpolate(COMPOSE.read_text(), {"RENDER_GID": "109"}))
+    schema_check(resolved)
+
+
+def test_schema_check_rejects_a_broken_file(tmp_path: Path) -> None:
+    broken = tmp_path / "compose.yaml"
+    broken.write_text("services:\n  vllm:\n    image: x\n    ports: 8000\n    devices: {kfd: 1}\n")
+    with pytest.raises(AssertionError):
+        schema_check(broken)
+
+
+def test_vllm_service_has_the_rocm_device_setup() -> None:
+    vllm = load()["services"]["vllm"]
+    assert {"/dev/kfd", "/dev/dri"} <= set(vllm["devices"])
+    assert len(vllm["group_add"]) == 2  # video + render, by host GID
+    assert vllm["ipc"] == "host"
+    assert "shm_size" in vllm
+    assert "seccomp=unconfined" in vllm["security_opt"]
+    assert "cap_add" not in vllm, "SYS_PTRACE only when a debugger must attach (see the comment)"
+    assert "seccomp" in COMPOSE.read_text().split("security_opt")[0][-800:], "the seccomp choice is explained"
+    assert vllm["healthcheck"]["test"][0] == "CMD" and "/health" in " ".join(vllm["healthcheck"]["test"])
+
+
+def test_sidecar_reads_the_log_vllm_writes() -> None:
+    services = load()["services"]
+    vllm, health = services["vllm"], services["health"]
+    log_file = vllm["environment"]["VLLM_LOG_FILE"]
+    assert health["environment"]["VLLM_HEALTH_LOG_SOURCE"] == f"file:{log_file}"
+    log_dir = str(Path(log_file).parent)
+    vllm_mounts = {v.split(":")[1]: v.split(":")[0] for v in vllm["volumes"]}
+    health_mounts = {v.split(":")[1]: v.split(":")[0] for v in health["volumes"]}
+    assert vllm_mounts[log_dir] == health_mounts[log_dir], "both must mount the same volume at the log dir"
+    assert any(v.endswith(":ro") for v in health["volumes"] if f":{log_dir}" in v)
+    assert health["environment"]["VLLM_HEALTH_VLLM_URL"] == "http://vllm:8000"
+    assert health["depends_on"]["vllm"]["condition"] == "service_started"
+    assert any(p.endswith(":9400") for p in health["ports"])
+
+
+def test_published_ports_bind_localhost() -> None:
+    for name, svc in load()["services"].items():
+        for port in svc.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+
+
+def test_default_images_are_what_bake_builds() -> None:
+    bake = (DOCKER / "docker-bake.hcl").read_text()
+    services = load()["services"]
+    for name in ("vllm", "health"):
+        image = services[name]["image"]
+        assert f'"${{REGISTRY}}{image}"' in bake, f"{name}: default image {image} is not a bake tag"
+
+
+def test_prometheus_is_optional_and_loads_the_chart_rules() -> None:
+    compose = load()
+    prom = compose["services"]["prometheus"]
+    assert prom["profiles"] == ["monitoring"]
+    assert all("profiles" not in compose["services"][s] for s in ("vllm", "health"))
+    mounts = {v.split(":")[1]: (COMPOSE.parent / v.split(":")[0]).resolve() for v in prom["volumes"] if "/" in v}
+    assert mounts["/etc/prometheus/prometheus.yml"] == PROMETHEUS.resolve()
+    rules_mount = next(p for p in mounts if p.endswith("alerts.rules.yaml"))
+    assert mounts[rules_mount] == RULES.resolve() and RULES.is_file()
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    assert rules_mount in config["rule_files"]
+
+
+def test_prometheus_config_is_valid_and_matches_the_rule_selectors(tmp_path: Path) -> None:
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    selectors = set(re.findall(r'job=~"([^"]+)"', RULES.read_text()))
+    assert selectors, "the alert rules select no job"
+    for sel in selectors:
+        assert any(re.fullmatch(sel, job) for job in jobs), f"no scrape job matches job=~{sel!r}"
+    assert jobs["vllm-rocm-health"]["static_configs"][0]["targets"] == ["health:9400"]
+    # promtool on a copy whose rule path points at the repository file (the container path does not exist here)
+    local = dict(config, rule_files=[str(RULES)])
+    copy = tmp_path / "prometheus.yml"
+    copy.write_text(yaml.safe_dump(local))
+    res = subprocess.run([tool("promtool"), "check", "config", str(copy)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _compose_cli() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    return None
+
+
+@pytest.mark.skipif(_compose_cli() is None, reason="the docker compose plugin is not installed here")
+def test_docker_compose_config() -> None:
+    cli = _compose_cli()
+    assert cli
+    for profile in ([], ["--profile", "monitoring"]):
+        res = subprocess.run(
+            [*cli, "-f", str(COMPOSE), *profile, "config", "-q"], capture_output=True, text=True, timeout=60
+        )
+        assert res.returncode == 0, res.stderr

@@ -1,0 +1,83 @@
+"""docker/health/*.lock: hand-copied subsets of requirements/dev.lock for the sidecar image.
+
+Each pinned entry must be byte-for-byte the same version and hash set as in requirements/dev.lock, and the
+runtime lock must be exactly the dependency closure of the project's runtime dependencies (pyproject.toml),
+resolved from the installed metadata of the project venv (which was installed from dev.lock)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+from pathlib import Path
+
+import tomllib
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+from tests.docker.conftest import DOCKER, REPO
+
+ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", re.M)
+RUNTIME = DOCKER / "health" / "requirements.lock"
+BUILD = DOCKER / "health" / "build-requirements.lock"
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def entries(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
+    text = path.read_text()
+    found = {
+        canonical(m.group(1)): (m.group(2), frozenset(re.findall(r"sha256:[0-9a-f]{64}", m.group(3))))
+        for m in ENTRY.finditer(text)
+    }
+    pins = re.findall(r"^[A-Za-z0-9][A-Za-z0-9._-]*==", text, re.M)
+    assert len(pins) == len(found), f"{path}: an entry without hashes (pip --require-hashes would refuse it)"
+    return found
+
+
+def closure(roots: list[str]) -> set[str]:
+    env = default_environment()
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = canonical(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        for raw in md.distribution(name).requires or []:
+            req = Requirement(raw)
+            if req.marker is None or req.marker.evaluate({**env, "extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+def test_locked_entries_are_copies_of_dev_lock() -> None:
+    dev = entries(REPO / "requirements" / "dev.lock")
+    for path in (RUNTIME, BUILD):
+        locked = entries(path)
+        assert locked, f"{path} pins nothing"
+        for name, (version, hashes) in locked.items():
+            assert name in dev, f"{path}: {name} is not in requirements/dev.lock"
+            assert (version, hashes) == dev[name], f"{path}: {name} differs from requirements/dev.lock"
+
+
+def test_runtime_lock_is_the_closure_of_the_project_dependencies() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    roots = [Requirement(r).name for r in project["dependencies"]]
+    locked = entries(RUNTIME)
+    for name, (version, _hashes) in locked.items():
+        assert md.version(name) == version, f"the venv has {name} {md.version(name)}, the lock {version}"
+    assert set(locked) == closure(roots)
+    for raw in project["dependencies"]:  # and every locked root satisfies pyproject's bound
+        req = Requirement(raw)
+        assert SpecifierSet(str(req.specifier)).contains(locked[canonical(req.name)][0])
+
+
+def test_build_lock_satisfies_the_build_system() -> None:
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    locked = entries(BUILD)
+    for raw in requires:
+        req = Requirement(raw)
+        assert canonical(req.name) in locked and req.specifier.contains(locked[canonical(req.name)][0])
