@@ -10,13 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import venv
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.docker.conftest import DOCKER, REPO
+from tests.support.venvs import make_venv
 from tests.support.vllm_releases import AITER_FA, SUPPORTED_VERSIONS, tree_snapshot
 
 SCRIPT = DOCKER / "scripts" / "apply-patches.sh"
@@ -169,17 +169,7 @@ def test_source_tree_release_must_agree_with_pkg_info(release_copy: Callable[[st
 def test_installed_vllm_via_python(release_copy: Callable[[str], Path], tmp_path: Path) -> None:
     # The image path: --python names the interpreter vLLM runs under; its site-packages is found without
     # importing vLLM, and the changed file's stale bytecode is replaced by a fresh compile.
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=False, symlinks=True)
-    py = env_dir / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
+    py, site = make_venv(tmp_path / "venv")
     tree = release_copy("0.10.2")
     for item in tree.iterdir():
         shutil.move(str(item), site / item.name)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.venvs import make_venv
 from tests.support.vllm_releases import AITER_FA, REPO_ROOT, tree_snapshot
 
 SRC = REPO_ROOT / "patches" / "src"
@@ -149,29 +150,13 @@ def test_bad_series_dir_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "not a series directory" in r.stderr
 
 
-def _venv(tmp_path: Path) -> tuple[Path, Path]:
-    """A real venv (python -m venv) and its purelib, as sysconfig inside that venv reports it."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
-    py = venv / "bin" / "python"
-    purelib = Path(
-        subprocess.run(
-            [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    return py, purelib
-
-
 def test_image_build_path_with_python_option(tmp_path: Path, vllm_release) -> None:
     """What the image build runs: `apply --python PY --report R`, then `verify --python PY --report R2`.
 
     A real venv whose purelib holds the 0.10.1.1 files; importing vllm there would fail (no torch), so this
     also proves vLLM is never imported.
     """
-    py, purelib = _venv(tmp_path)
+    py, purelib = make_venv(tmp_path / "venv")
     shutil.copytree(vllm_release("0.10.1.1"), purelib, dirs_exist_ok=True)
     report, vreport = tmp_path / "r" / "apply.json", tmp_path / "r" / "verify.json"
     r = run("apply", "--python", str(py), "--report", str(report))
@@ -188,7 +173,7 @@ def test_image_build_path_with_python_option(tmp_path: Path, vllm_release) -> No
 
 
 def test_python_without_vllm_is_exit_2(tmp_path: Path) -> None:
-    py, _ = _venv(tmp_path)
+    py, _ = make_venv(tmp_path / "venv")
     r = run("apply", "--python", str(py))
     assert r.returncode == 2 and "no vllm/ package on the sys.path" in r.stderr
 

@@ -127,6 +127,7 @@ class Sidecar:
             # Asking a server that is still starting only produces errors: wait for /health first.
             while not self.stop.is_set() and not self.status.server_healthy:
                 self.stop.wait(1.0)
+            started = time.monotonic()
             outcome = "error"
             try:
                 outcome = self.canary.run_once().outcome
@@ -139,8 +140,11 @@ class Sidecar:
                 self.events.post("CanaryRecovered", self.canary.last_reason, warning=False)
             self._last["canary"] = passing
             self.update_readiness()
-            # After an error (server restarting, timeout) look again soon rather than a whole interval later.
-            self.stop.wait(min(self.cfg.canary.interval, 10.0) if outcome == "error" else self.cfg.canary.interval)
+            # Start to start, not end to start: the load stays at one run per interval however long a run takes,
+            # and wrong answers show within an interval plus one run. After an error (server restarting,
+            # timeout) look again soon rather than a whole interval later.
+            period = min(self.cfg.canary.interval, 10.0) if outcome == "error" else self.cfg.canary.interval
+            self.stop.wait(max(0.0, started + period - time.monotonic()))
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:

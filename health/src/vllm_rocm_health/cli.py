@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parse = sub.add_parser("parse", help="summarise vLLM log files as JSON")
     parse.add_argument("files", nargs="+", type=Path, help="log files ('-' for stdin)")
     parse.add_argument("--requested-mode", default="", help="the mode asked for, if the log does not say")
+    parse.add_argument("--prefilter", choices=("auto", "hyperscan", "find"), default="auto",
+                       help="block scanner: hyperscan (one SIMD pass), find (stdlib fallback), auto: hyperscan if it "
+                            "loads (default: %(default)s)")
     parse.set_defaults(func=cmd_parse)
     try:  # `baseline record` belongs to the canary package; the rest works without it
         from .canary.cli import add_baseline_parser
@@ -87,8 +90,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
+    from .prefilter import make_scanner
     from .state import LogState
 
+    try:
+        scan = make_scanner(args.prefilter)
+    except Exception as e:  # --prefilter hyperscan without a loadable wheel
+        print(f"vllm-rocm-health parse: --prefilter {args.prefilter}: {e}", file=sys.stderr)
+        return 2
     rc = 0
     for path in args.files:
         state = LogState(requested_hint=args.requested_mode)
@@ -100,16 +109,12 @@ def cmd_parse(args: argparse.Namespace) -> int:
             rc = 1
             continue
         with stream:
-            # Whole blocks through the prefilter; only the lines that can matter are parsed one by one.
-            tail = b""
-            while chunk := stream.read(1 << 20):
-                block, sep, tail = (tail + chunk).rpartition(b"\n")
-                if sep:
-                    lines += state.feed_block(block + sep)
-                else:
-                    tail = block + tail
-            if tail:
-                lines += state.feed_block(tail + b"\n")
+            # Whole blocks through the prefilter; only the lines that can matter are parsed one by one. The
+            # block is completed to a line end with readline(): one copy per block, no tail juggling.
+            while block := stream.read(1 << 22):
+                if not block.endswith(b"\n"):
+                    block += stream.readline()
+                lines += state.feed_block(block, scan)
         print(json.dumps({"file": str(path), "lines": lines, **state.summary()}))
     return rc
 

@@ -1,12 +1,14 @@
 """What a vLLM server's log says about CUDA graphs, line by line, for vLLM 0.10.x to 0.33.
 
-Each line is matched on message text (not on `[file:line]`, which changes between releases). A cheap substring
-prefilter runs first: nearly all lines of a busy server are request and stats lines that match nothing here.
+Each line is matched on message text (not on `[file:line]`, which changes between releases), after the
+substring prefilter of `prefilter.py`: nearly all lines of a busy server are request and stats lines.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from .prefilter import line_may_matter
 
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # <=0.11 prints the enum's value in JSON; see the shared notes, section 0.
@@ -33,20 +35,6 @@ _PROFILED_ITEM = re.compile(r"\b(PIECEWISE|FULL)=(\d+)")
 # "Overriding to Y.", "Setting cudagraph_mode to Y".
 _OVERRIDE = re.compile(r"(?:Overriding (?:cudagraph_mode (?:%s |\w+ )?(?:from \w+ )?)?to|Setting cudagraph_mode to)"
                        r" (NONE|PIECEWISE|FULL_DECODE_ONLY|FULL_AND_PIECEWISE|FULL)\b")
-# Every line that can produce an event contains one of these (checked by tests/health/test_logparse.py):
-# few and short, because the block prefilter scans a whole block once per needle.
-_PREFILTER = ("udagraph", "CUDAGraphMode", "CUDA graph", "Graph capturing", "LLM engine", "non-default args",
-              "eager", "KV cache memory", "of memory", "ailed", "rror", "Traceback", "Overriding")
-
-
-def _make_prefilter() -> object:
-    """`line -> bool`: an unrolled chain of `in` tests (faster than any() over a generator, and than one big
-    regex alternation, on CPython 3.10-3.12). The bench compares the sidecar with `grep -E`."""
-    expr = " or ".join(f"{p!r} in s" for p in _PREFILTER)
-    return eval(f"lambda s: {expr}")  # noqa: S307 - built from the constant tuple above
-
-
-_prefilter = _make_prefilter()
 
 
 @dataclass(frozen=True)
@@ -78,32 +66,6 @@ PROFILED = "profiled"                # 0.20+ V1 graph-memory profiling: mode = w
 _PHASE = {"mixed prefill-decode": "mixed", "decode": "decode", None: "unspecified"}
 
 
-_PREFILTER_BYTES = tuple(p.encode() for p in _PREFILTER)
-
-
-def candidate_lines(block: bytes) -> list[str]:
-    """The lines of `block` (complete UTF-8 lines, `\n`-separated) that pass the prefilter, in order, decoded.
-
-    Each needle is searched over the whole block with bytes.find (C speed; on bytes, because the tqdm bar's
-    `█` would make a decoded str 2-4 bytes per character), so a block of request/stats lines costs a few
-    scans instead of a Python-level test per line: this is what lets `parse` keep up with grep."""
-    starts: set[int] = set()
-    find, rfind = block.find, block.rfind
-    for needle in _PREFILTER_BYTES:
-        i = find(needle)
-        while i >= 0:
-            starts.add(rfind(b"\n", 0, i) + 1)
-            end = find(b"\n", i)
-            if end < 0:
-                break
-            i = find(needle, end)
-    out = []
-    for start in sorted(starts):
-        end = find(b"\n", start)
-        out.append((block[start:] if end < 0 else block[start:end]).decode("utf-8", "replace"))
-    return out
-
-
 def clean(line: str) -> str:
     """Drop colour codes and keep the last `\\r` segment (tqdm redraws)."""
     if "\x1b" in line:
@@ -113,7 +75,7 @@ def clean(line: str) -> str:
 
 def parse_line(raw: str) -> list[Event]:
     """All events one physical line carries (tqdm may put several bar updates on one line with \\r)."""
-    if not _prefilter(raw):  # type: ignore[operator]
+    if not line_may_matter(raw):
         return []
     line = clean(raw)
     if "\r" in line:

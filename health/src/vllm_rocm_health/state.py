@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import logparse as lp
+from .prefilter import Scanner, candidate_lines
 
 
 @dataclass
@@ -104,11 +105,12 @@ class LogState:
             self.apply(ev)
         return events
 
-    def feed_block(self, block: bytes) -> int:
-        """Feed a block of complete raw lines at once (fast path for offline parsing); returns its line count."""
-        for line in lp.candidate_lines(block):
+    def feed_block(self, block: bytes, scan: Scanner | None = None) -> int:
+        """Feed a block of raw `\n`-separated lines at once (fast path for offline parsing; only the last line
+        may lack its `\n`); returns its line count."""
+        for line in candidate_lines(block, scan):
             self.feed(line)
-        return block.count(b"\n")
+        return block.count(b"\n") + (bool(block) and not block.endswith(b"\n"))
 
     def apply(self, ev: lp.Event) -> None:
         e = self.engine

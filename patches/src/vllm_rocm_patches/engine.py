@@ -392,13 +392,22 @@ def _fill_after(rep: Report, target: Target) -> None:
             info["after"] = fsio.sha256_file(target.root / rel)
 
 
-def apply(sset: series.SeriesSet, target: Target, dry_run: bool = False) -> Report:
-    rep = analyze(sset, target, "apply")
+def _analyze_for_change(
+    sset: series.SeriesSet, target: Target, command: str, state: str
+) -> tuple[Report, list[EntryResult] | None]:
+    """One refusal rule for apply and revert: if any entry is not OK, write nothing (todo None) but still hash files."""
+    rep = analyze(sset, target, command)
     if rep.exit_code != EXIT_OK:
         _fill_after(rep, target)
         rep.summary = "refused: " + "; ".join(e.message for e in rep.entries if e.state not in OK_STATES)
+        return rep, None
+    return rep, [e for e in rep.entries if e.state == state]
+
+
+def apply(sset: series.SeriesSet, target: Target, dry_run: bool = False) -> Report:
+    rep, todo = _analyze_for_change(sset, target, "apply", APPLICABLE)
+    if todo is None:
         return rep
-    todo = [e for e in rep.entries if e.state == APPLICABLE]
     contents: dict[str, bytes] = {}
     for e in todo:
         overlap = set(contents) & set(e.forward)
@@ -426,12 +435,9 @@ def apply(sset: series.SeriesSet, target: Target, dry_run: bool = False) -> Repo
 
 
 def revert(sset: series.SeriesSet, target: Target) -> Report:
-    rep = analyze(sset, target, "revert")
-    if rep.exit_code != EXIT_OK:
-        _fill_after(rep, target)
-        rep.summary = "refused: " + "; ".join(e.message for e in rep.entries if e.state not in OK_STATES)
+    rep, todo = _analyze_for_change(sset, target, "revert", APPLIED)
+    if todo is None:
         return rep
-    todo = [e for e in rep.entries if e.state == APPLIED]
     contents: dict[str, bytes] = {}
     for e in todo:
         contents.update(e.reverse)

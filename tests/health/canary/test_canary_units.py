@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -100,20 +99,6 @@ def test_server_down_is_an_error_not_a_crash(tmp_path: Path) -> None:
     assert reg.get_sample_value("vllm_canary_runs_total", {"outcome": "error"}) == 1
     assert reg.get_sample_value("vllm_canary_passing") == 0
     assert reg.get_sample_value("vllm_canary_requests_total") >= 1
-
-
-def test_run_forever_stops(tmp_path: Path) -> None:
-    path = tmp_path / "b.json"
-    _baseline().save(path)
-    runner = CanaryRunner(CanaryConfig(baseline=str(path), timeout=1, interval=0.05, seed=1, num_problems=2),
-                          f"http://127.0.0.1:{_closed_port()}", CollectorRegistry(), "m")
-    stop = threading.Event()
-    t = threading.Thread(target=runner.run_forever, args=(stop,))
-    t.start()
-    stop.wait(0.3)
-    stop.set()
-    t.join(5)
-    assert not t.is_alive()
 
 
 def test_disabled_without_baseline() -> None:

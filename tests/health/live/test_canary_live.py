@@ -3,33 +3,16 @@ fingerprint, mixed traffic + idle probe, failure on a perturbed model, errors wh
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
 
+from tests.support.canary import CFG
 from tests.support.vllm_server import VllmServer, free_port
 
 pytestmark = pytest.mark.live
-
-# Small but real: 8 problems + 2 long prompts + 3 fingerprint texts per run (~13 requests).
-CFG = dict(num_problems=8, max_requests=16, long_prompts=2, concurrency=4, max_tokens=8, timeout=60.0,
-           idle_probe_after=0.0)
-
-
-@pytest.fixture(scope="module")
-def baseline_file(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Recorded through the real CLI, as an operator would."""
-    out = tmp_path_factory.mktemp("baseline") / "baseline.json"
-    r = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "baseline", "record", "--out", str(out),
-                        "--vllm-url", vllm_server.base_url, "--num-problems", str(CFG["num_problems"]),
-                        "--notes", "smollm2 bf16 eager cpu"], capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stderr
-    return out
-
 
 def runner(path: Path, url: str, registry: CollectorRegistry | None = None, **kw: object) -> CanaryRunner:
     cfg = CanaryConfig(baseline=str(path), **{**CFG, **kw})  # type: ignore[arg-type]
@@ -43,6 +26,9 @@ def test_baseline_content(baseline_file: Path, vllm_server: VllmServer) -> None:
     # The model really answers (integers parsed). The canary compares against the baseline's own score, not 1.0:
     # a small model does not get every sum right.
     assert sum(a is not None for a in b["answers"]) >= CFG["num_problems"] // 2, b
+    # ...and gets most sums right at temperature 0 (deterministic: a drop here means the problem format or the
+    # answer parser regressed, and a canary with a score near 0 could not see wrong answers).
+    assert b["score"] >= 0.5, b
     assert all(len(fp) > 5 for fp in b["fingerprints"])
 
 
@@ -71,7 +57,7 @@ def test_canary_fails_on_perturbed_model(baseline_file: Path, vllm_perturbed_ser
     r = runner(baseline_file, vllm_perturbed_server.base_url)
     res = r.run_once()
     assert res.outcome == "fail", res.reason
-    assert res.drift is not None and res.drift > CFG.get("fingerprint_tolerance", 0.05)
+    assert res.drift is not None and res.drift > CanaryConfig().fingerprint_tolerance
     assert r.passing is False
     assert "drift" in r.last_reason
 

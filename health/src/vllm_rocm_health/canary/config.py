@@ -21,7 +21,10 @@ class CanaryConfig:
     timeout: float = field(default=60.0, metadata={"help": "seconds per request"})
     score_tolerance: float = field(default=0.15, metadata={
         "help": "allowed drop of the task score below the baseline score (absolute, 0..1)"})
-    fingerprint_tolerance: float = field(default=0.05, metadata={
-        "help": "allowed max per-token logprob difference from the baseline (nats)"})
+    # 0.3: bf16 batch variance alone moved single tokens by up to 0.12 nats on the CPU server under 16 concurrent
+    # clients; the perturbed model moved them by 3.3 (make bench and the live tests measure both).
+    fingerprint_tolerance: float = field(default=0.3, metadata={
+        "help": "allowed max per-token logprob difference from the baseline (nats); batch composition alone moves "
+                "bf16 logprobs a little, so measure your own noise under load before lowering it"})
     idle_probe_after: float = field(default=120.0, metadata={
         "help": "if the canary was idle this long, its first request is scored separately as an after-idle probe"})

@@ -1,9 +1,8 @@
 """One canary run: arithmetic problems under mixed prefill+decode load, an after-idle probe, and the
-fingerprint; compared with the baseline. Runs periodically in a thread of the sidecar."""
+fingerprint; compared with the baseline. The sidecar (app.py) runs it periodically in a thread."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -158,17 +157,6 @@ class CanaryRunner:
         self.last_result = r
         level = logging.INFO if r.outcome == "pass" and previous is not False else logging.WARNING
         log.log(level, "canary %s in %.1f s: %s", r.outcome, r.duration, r.reason)
-
-    def run_forever(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except Exception:  # the canary thread must never die silently
-                log.exception("canary run crashed")
-                self._passing = False
-                self.metrics.passing.set(0)
-                self.last_reason = "canary crashed (see log)"
-            stop.wait(self.cfg.interval)
 
 
 def record_baseline(cfg: CanaryConfig, base_url: str, model: str | None = None, notes: str = "") -> Baseline:

@@ -1,143 +1,96 @@
-"""`make bench`: what the sidecar costs, measured next to a baseline in the same run. Prints ratios and writes
-JSON; asserts nothing about wall time (machines differ).
+"""`make bench`: what the sidecar and its canary cost, measured next to a baseline in the same run. Prints a table
+of medians and ratios and writes JSON; asserts nothing about wall time (machines differ).
 
-Measured here: log-parsing throughput against `grep -E` of the same anchors; detection latency from a log line
-to /metrics; the running sidecar's memory growth and CPU while it reads a long log, and at idle."""
+Without a vLLM server: log-parsing throughput against `grep -E` of the same anchors, detection latency from a
+log line to /metrics, the sidecar's CPU at idle and under log load, and its memory over a long log.
+With real vLLM CPU servers (started here, or given with --vllm-url/--bad-vllm-url; skip with --no-live): the
+canary's share of a steady load at default settings and its latency, the time from a wrong-answer server to the
+canary metric flipping, and memory and CPU over hour-equivalents of log and canary traffic."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from ..config import WORK
-from .loggen import GREP_PATTERN, generate
-
-DOWNGRADE = ("(EngineCore_DP0 pid=1) WARNING 12-02 11:00:05 [gpu_model_runner.py:3643] CUDAGraphMode.FULL is not "
-             "supported with AiterFlashAttentionMetadataBuilder backend (support: "
-             "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=FULL_AND_PIECEWISE\n")
-ENGINE = ('(EngineCore_DP0 pid=1) INFO 12-02 11:00:01 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: '
-          'model=\'m\', enforce_eager=False, compilation_config={"level":3,"cudagraph_mode":2}\n')
+from .loggen import generate
+from .parse import bench_parse
+from .report import table
+from .sidecar import bench_sidecar
 
 
-def timed(cmd: list[str]) -> float:
-    # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when its output is /dev/null.
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.PIPE)
-    return time.perf_counter() - t0
-
-
-def bench_parse(log: Path, reps: int) -> dict:
-    parser = [sys.executable, "-m", "vllm_rocm_health", "parse", str(log)]
-    grep = ["grep", "-E", "-c", GREP_PATTERN, str(log)]
-    p = statistics.median(timed(parser) for _ in range(reps))
-    g = statistics.median(timed(grep) for _ in range(reps))
-    lines = sum(1 for _ in log.open("rb"))
-    return {"lines": lines, "parser_s": p, "grep_s": g, "ratio": p / g, "parser_lines_per_s": lines / p}
-
-
-def _proc_stats(pid: int) -> tuple[float, int]:
-    """(CPU seconds, RSS bytes) of a process, from /proc."""
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    rss = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    return cpu, rss
-
-
-def bench_sidecar(work: Path, reps: int, load_lines: int, idle_seconds: float) -> dict:
-    repo = Path(__file__).resolve().parents[4]
-    sys.path.insert(0, str(repo))
-    from tests.support.sidecar import SidecarProcess
-
-    log = work / "live.log"
-    log.write_text("")
-    sc = SidecarProcess(["--log-source", f"file:{log}", "--vllm-url", "http://127.0.0.1:9", "--health-interval", "5"],
-                        work / "sidecar.out")
-    try:
-        latencies = []
-        for _ in range(reps):
-            with log.open("a") as f:
-                f.write(ENGINE)
-            sc.wait_for(lambda: sc.value("vllm_cudagraph_mode_downgraded") == 0, 5)
-            t0 = time.perf_counter()
-            with log.open("a") as f:
-                f.write(DOWNGRADE)
-            sc.wait_for(lambda: sc.value("vllm_cudagraph_mode_downgraded") == 1, 5)
-            latencies.append(time.perf_counter() - t0)
-        cpu0, rss0 = _proc_stats(sc.proc.pid)
-        time.sleep(idle_seconds)
-        cpu1, _ = _proc_stats(sc.proc.pid)
-        idle_cpu_per_min = (cpu1 - cpu0) * 60 / idle_seconds
-        # Load: a long realistic log appended in slices, RSS sampled after each slice.
-        src = work / "load.log"
-        generate(src, load_lines, seed=11)
-        data = src.read_bytes()
-        slices, rss = 8, []
-        t0, c0 = time.perf_counter(), cpu1
-        for i in range(slices):
-            with log.open("ab") as f:
-                f.write(data[i * len(data) // slices:(i + 1) * len(data) // slices])
-            target = 2 * reps + (i + 1) * load_lines // slices
-            sc.wait_for(lambda target=target: (sc.value("vllm_sidecar_log_lines_total") or 0) >= target - slices, 120)
-            rss.append(_proc_stats(sc.proc.pid)[1])
-        wall = time.perf_counter() - t0
-        c1, _ = _proc_stats(sc.proc.pid)
-    finally:
-        sc.stop()
-    return {"detect_latency_s_median": statistics.median(latencies), "detect_latency_s_max": max(latencies),
-            "idle_cpu_s_per_min": idle_cpu_per_min, "load_lines": load_lines, "load_wall_s": wall,
-            "load_cpu_s_per_min": (c1 - c0) / wall * 60, "rss_start_mib": rss0 / 2**20,
-            "rss_after_slices_mib": [round(r / 2**20, 1) for r in rss],
-            "rss_growth_mib_per_million_lines": (rss[-1] - rss[len(rss) // 2]) / 2**20 / (load_lines / 2 / 1e6)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="vllm-rocm-bench", description=__doc__,
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m vllm_rocm_stack.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=2_000_000, help="lines of the generated log for the parse bench")
     ap.add_argument("--load-lines", type=int, default=400_000, help="lines pushed through the running sidecar")
-    ap.add_argument("--reps", type=int, default=5, help="repetitions (medians are reported)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of the parse and latency benches (medians)")
     ap.add_argument("--idle-seconds", type=float, default=10.0, help="how long idle CPU is measured")
-    ap.add_argument("--out", type=Path, default=WORK / "bench" / "result.json")
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", type=Path, default=WORK / "bench" / "result.json", help="JSON result file")
+    live = ap.add_argument_group("live (real vLLM CPU servers)")
+    live.add_argument("--no-live", action="store_true", help="skip everything that needs a vLLM server")
+    live.add_argument("--vllm-url", default="", help="a running good server (else one is started)")
+    live.add_argument("--bad-vllm-url", default="", help="a running perturbed server with the same served name")
+    live.add_argument("--window", type=float, default=60.0, help="seconds of steady load for the canary share")
+    live.add_argument("--load-runs", type=int, default=3, help="default-settings canary runs within the window")
+    live.add_argument("--concurrency", type=int, default=16,
+                      help="clients of the steady load (16 keeps the CPU server busy)")
+    live.add_argument("--flip-interval", type=float, default=20.0, help="canary interval while timing the flip")
+    live.add_argument("--flip-reps", type=int, default=3, help="good->bad (and back) switches timed")
+    live.add_argument("--hours", type=float, default=2.0, help="hour-equivalents of log and canary traffic")
+    live.add_argument("--lines-per-hour", type=int, default=360_000,
+                      help="log lines per hour-equivalent (a busy server: 100 lines/s)")
+    live.add_argument("--hours-interval", type=float, default=1.0,
+                      help="seconds between canary runs in the hour-equivalent run (time compressed)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if bool(args.vllm_url) != bool(args.bad_vllm_url):
+        print("bench: give both --vllm-url and --bad-vllm-url, or neither", file=sys.stderr)
+        return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    result: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                "cpu": _cpu_model(), "python": platform.python_version()}}
     with tempfile.TemporaryDirectory(dir=args.out.parent) as tmp:
         work = Path(tmp)
         log = work / "big.log"
         print(f"==> generating a {args.lines:,}-line vLLM log", flush=True)
         size = generate(log, args.lines)
-        print(f"==> parse throughput: sidecar parser vs grep -E, {args.reps} runs each ({size / 2**20:.0f} MiB)",
-              flush=True)
-        parse = bench_parse(log, args.reps)
+        print(f"==> parse throughput: sidecar parser (hyperscan, find) vs grep -E, {args.reps} runs each "
+              f"({size / 2**20:.0f} MiB)", flush=True)
+        result["parse"] = bench_parse(log, args.reps)
+        log.unlink()
         print("==> the running sidecar: detection latency, idle CPU, memory under a long log", flush=True)
-        side = bench_sidecar(work, args.reps, args.load_lines, args.idle_seconds)
-    result = {"machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform(),
-                          "python": platform.python_version()}, "parse": parse, "sidecar": side}
+        result["sidecar"] = bench_sidecar(work, args.reps, args.load_lines, args.idle_seconds)
+        if not args.no_live:
+            from .canary import bench_live
+
+            print("==> the canary against real vLLM CPU servers", flush=True)
+            result["live"] = bench_live(work, args.vllm_url or None, args.bad_vllm_url or None, args.window,
+                                        args.load_runs, args.concurrency, args.flip_interval, args.flip_reps,
+                                        args.hours, args.lines_per_hour, args.hours_interval,
+                                        progress=lambda m: print(m, flush=True))
     args.out.write_text(json.dumps(result, indent=2))
-    rows = [
-        ("log parse, sidecar", f"{parse['parser_s']:.2f} s", f"{parse['parser_lines_per_s']:,.0f} lines/s"),
-        ("log parse, grep -E (baseline)", f"{parse['grep_s']:.2f} s", f"ratio sidecar/grep = {parse['ratio']:.1f}x"),
-        ("detection latency (log line -> /metrics)", f"{side['detect_latency_s_median'] * 1000:.0f} ms median",
-         f"max {side['detect_latency_s_max'] * 1000:.0f} ms"),
-        ("CPU at idle", f"{side['idle_cpu_s_per_min']:.2f} s/min", ""),
-        ("CPU under log load", f"{side['load_cpu_s_per_min']:.1f} s/min",
-         f"{side['load_lines'] / side['load_wall_s']:,.0f} lines/s"),
-        ("RSS start -> end", f"{side['rss_start_mib']:.0f} -> {side['rss_after_slices_mib'][-1]:.0f} MiB",
-         f"slope {side['rss_growth_mib_per_million_lines']:.1f} MiB per 1M lines (2nd half)"),
-    ]
-    width = max(len(r[0]) for r in rows)
     print()
-    for name, a, b in rows:
-        print(f"  {name:<{width}}  {a:>18}  {b}")
+    print(table(result))
     print(f"\nJSON: {args.out}")
     return 0
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""`vllm-rocm-health serve` as a real child process, polled over HTTP: for the bench and the tests."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, timeout: float = 3.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+class SidecarProcess:
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._out = open(log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", "vllm_rocm_health", "serve",
+                                      "--listen", f"127.0.0.1:{self.port}", *args],
+                                     stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sidecar exited {self.proc.returncode}: {log_path.read_text()[-2000:]}")
+            try:
+                if get(self.url + "/healthz", 1)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("sidecar did not start")
+
+    def metrics(self) -> str:
+        return get(self.url + "/metrics")[1].decode()
+
+    def value(self, name: str) -> float | None:
+        for line in self.metrics().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def ready(self) -> tuple[int, dict]:
+        code, body = get(self.url + "/readyz")
+        return code, json.loads(body)
+
+    def wait_for(self, pred: Callable[[], object], timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return True
+            time.sleep(0.05)
+        return bool(pred())
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        try:
+            rc = self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(5)
+        self._out.close()
+        return rc
