@@ -30,7 +30,7 @@ test-fast: setup ## Tests that need no vLLM server
 lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Dockerfiles
 	@$(PY) -m pytest -q tests/test_lint.py $(wildcard tests/docker)
 
-bench: setup ## Measure what the sidecar costs next to a grep baseline (prints ratios, no asserts)
+bench: setup-vllm ## Measure what the sidecar and canary cost, next to baselines (prints ratios, no asserts; ~10 min)
 	@$(PY) -m vllm_rocm_stack.bench $(BENCH_ARGS)
 
 lock: ## Re-resolve requirements/*.lock from requirements/*.in

@@ -54,6 +54,26 @@ def test_from_end_partial_line_truncation_rotation(tmp_path: Path) -> None:
         fol.close()
 
 
+def test_a_write_that_splits_a_character_is_not_a_truncation(tmp_path: Path) -> None:
+    """Block-buffered writers flush mid-character (tqdm's `█` is 3 bytes): the follower must wait for the rest,
+    not mistake the pause for a truncation and read the whole log again (which would count its lines twice)."""
+    log = tmp_path / "vllm.log"
+    bar = "Capturing CUDA graphs (decode, FULL): 50%|█████     | 5/10\n".encode()
+    cut = bar.index("█".encode()) + 1
+    log.write_bytes(b"engine line\n" + bar[:cut])
+    fol = Follower(log)
+    try:
+        assert fol.take(1) == ["engine line"]
+        time.sleep(0.2)                     # the follower polls at EOF with half a character buffered
+        with open(log, "ab") as f:
+            f.write(bar[cut:] + b"next\n")
+        assert fol.take(2) == [bar.decode().rstrip("\n"), "next"]
+        time.sleep(0.2)
+        assert fol.q.empty(), "lines were read twice"
+    finally:
+        fol.close()
+
+
 def test_waits_for_the_file_to_appear(tmp_path: Path) -> None:
     log = tmp_path / "late.log"
     fol = Follower(log)

@@ -159,6 +159,7 @@ class Sidecar:
 
     def shutdown(self) -> None:
         self.stop.set()
+        self.canary.close()
         if self.http is not None:
             self.http.shutdown()
             self.http.server_close()

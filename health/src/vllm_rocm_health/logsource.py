@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 log = logging.getLogger(__name__)
 
@@ -17,21 +17,23 @@ LineSink = Callable[[str], None]
 def follow_file(path: str, stop: threading.Event, poll: float = 0.2, from_start: bool = True,
                 on_up: Callable[[bool], None] | None = None) -> Iterator[str]:
     """Yield lines appended to `path`, like `tail -F`: waits for the file to appear, reopens it when it is
-    replaced (rotation), and starts over when it shrinks (truncation). A partial last line is held back."""
-    f: TextIO | None = None
+    replaced (rotation), and starts over when it shrinks (truncation). A partial last line is held back.
+
+    Read as bytes and decoded a whole line at a time: a writer may flush half a multi-byte character, and a
+    text-mode tell() there is a decoder cookie, not a file offset (it looked like a truncation)."""
+    f: BinaryIO | None = None
     ino = None
-    buf = ""
+    buf = b""
     while not stop.is_set():
         if f is None:
             try:
-                f = open(path, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
+                f = open(path, "rb")  # noqa: SIM115
             except OSError:
                 if on_up:
                     on_up(False)
                 stop.wait(poll)
                 continue
-            st = os.fstat(f.fileno())
-            ino = st.st_ino
+            ino = os.fstat(f.fileno()).st_ino
             if not from_start:
                 f.seek(0, os.SEEK_END)
             from_start = True  # a rotated-in file is read from its start
@@ -40,29 +42,29 @@ def follow_file(path: str, stop: threading.Event, poll: float = 0.2, from_start:
         chunk = f.read(1 << 16)
         if chunk:
             buf += chunk
-            *lines, buf = buf.split("\n")
-            yield from lines
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace")
             if len(buf) > 1 << 20:  # a 1 MiB line without newline: hand it over rather than grow without bound
-                yield buf
-                buf = ""
+                yield buf.decode("utf-8", "replace")
+                buf = b""
             continue
         try:
             st = os.stat(path)
         except OSError:
             st = None
-        cur = f.tell()
         if st is None or st.st_ino != ino:
             log.info("log file %s was rotated; reopening", path)
             f.close()
             f = None
             if buf:  # the old file's unterminated last line will never be completed
-                yield buf
-            buf = ""
+                yield buf.decode("utf-8", "replace")
+            buf = b""
             continue
-        if st.st_size < cur:
+        if st.st_size < f.tell():
             log.info("log file %s was truncated; reading from its start", path)
             f.seek(0)
-            buf = ""
+            buf = b""
             continue
         stop.wait(poll)
     if f is not None:

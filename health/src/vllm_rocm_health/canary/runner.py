@@ -52,6 +52,7 @@ class CanaryRunner:
         self.last_reason = "no canary run yet"
         self.last_result: CanaryResult | None = None
         self._last_traffic = 0.0  # monotonic time of the last canary request; 0 = never
+        self._http: CompletionClient | None = None
         n_problems, _ = budget(cfg)
         if n_problems < cfg.num_problems:
             log.warning("canary: max_requests=%d leaves room for %d of %d problems", cfg.max_requests, n_problems,
@@ -79,20 +80,27 @@ class CanaryRunner:
         return max(0.0, self.baseline.score - self.cfg.score_tolerance)
 
     def _client(self) -> CompletionClient:
-        return CompletionClient(self.base_url, self.cfg.timeout, on_request=self.metrics.requests.inc,
-                                on_usage=self.metrics.count_usage)
+        # One client for the runner's life: a new httpx client per run builds a new SSL context, and those
+        # cost ~40 KiB of native memory each that the allocator did not give back (RSS grew ~4 MiB per 100 runs).
+        if self._http is None:
+            self._http = CompletionClient(self.base_url, self.cfg.timeout, on_request=self.metrics.requests.inc,
+                                          on_usage=self.metrics.count_usage)
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def run_once(self) -> CanaryResult:
         if self.baseline is None:
             raise RuntimeError("canary has no baseline (set --canary-baseline)")
         t0 = time.monotonic()
-        client = self._client()
         try:
-            result = self._run(client, self.baseline, t0)
+            result = self._run(self._client(), self.baseline, t0)
         except (CanaryError, BaselineError) as e:
             result = CanaryResult("error", str(e))
         finally:
-            client.close()
             self._last_traffic = time.monotonic()
         result.duration = time.monotonic() - t0
         self._record(result)

@@ -162,10 +162,12 @@ def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_p
                 return metric_sum(sc.metrics(), "vllm_canary_runs_total")
             if not sc.wait_for(lambda i=i: runs() >= i + 1, interval + 180):
                 raise RuntimeError(f"canary run {i + 1} never came:\n{sc.log_path.read_text()[-2000:]}")
+            end = (i + 1) * len(data) // total_runs
             with live.open("ab") as f:
-                f.write(data[i * len(data) // total_runs:(i + 1) * len(data) // total_runs])
-            want = (i + 1) * lines_per_run - 1
-            sc.wait_for(lambda want=want: (sc.value("vllm_sidecar_log_lines_total") or 0) >= want, 120)
+                f.write(data[i * len(data) // total_runs:end])
+            want = data.count(b"\n", 0, end)
+            if not sc.wait_for(lambda w=want: (sc.value("vllm_sidecar_log_lines_total") or 0) >= w, 120):
+                raise RuntimeError(f"the sidecar did not read {want} log lines within 120 s")
             c, r = cpu_and_rss(sc.proc.pid)
             cpu.append(c - cpu0)
             rss.append(r / 2**20)

@@ -28,11 +28,13 @@ def bench_sidecar(work: Path, reps: int, load_lines: int, idle_seconds: float) -
         for _ in range(reps):
             with log.open("a") as f:
                 f.write(ENGINE)
-            sc.wait_for(lambda: sc.value("vllm_cudagraph_mode_downgraded") == 0, 5)
+            if not sc.wait_for(lambda: sc.value("vllm_cudagraph_mode_downgraded") == 0, 10):
+                raise RuntimeError("the sidecar did not see the engine (re)start line")
             t0 = time.perf_counter()
             with log.open("a") as f:
                 f.write(DOWNGRADE)
-            sc.wait_for(lambda: sc.value("vllm_cudagraph_mode_downgraded") == 1, 5)
+            if not sc.wait_for(lambda: sc.value("vllm_cudagraph_mode_downgraded") == 1, 10):
+                raise RuntimeError("the sidecar did not see the downgrade line within 10 s")
             latencies.append(time.perf_counter() - t0)
         cpu0, rss0 = cpu_and_rss(sc.proc.pid)
         time.sleep(idle_seconds)
@@ -44,10 +46,13 @@ def bench_sidecar(work: Path, reps: int, load_lines: int, idle_seconds: float) -
         rss = []
         t0 = time.perf_counter()
         for i in range(SLICES):
+            start, end = i * len(data) // SLICES, (i + 1) * len(data) // SLICES
             with log.open("ab") as f:
-                f.write(data[i * len(data) // SLICES:(i + 1) * len(data) // SLICES])
-            target = 2 * reps + (i + 1) * load_lines // SLICES
-            sc.wait_for(lambda target=target: (sc.value("vllm_sidecar_log_lines_total") or 0) >= target - SLICES, 120)
+                f.write(data[start:end])
+            # Complete lines written so far (a slice may end mid-line; that line is held back until completed).
+            target = 2 * reps + data.count(b"\n", 0, end)
+            if not sc.wait_for(lambda t=target: (sc.value("vllm_sidecar_log_lines_total") or 0) >= t, 120):
+                raise RuntimeError(f"the sidecar did not read {target} lines within 120 s")
             rss.append(cpu_and_rss(sc.proc.pid)[1])
         wall = time.perf_counter() - t0
         cpu2, _ = cpu_and_rss(sc.proc.pid)
