@@ -3,7 +3,7 @@
 Nearly every line of a busy server is a request, access or stats line that says nothing about CUDA graphs, so
 the parser first asks whether a line contains one of a few needles. Offline (`vllm-rocm-health parse`) whole
 blocks are scanned at once: with Hyperscan (one SIMD pass for all needles, faster than `grep -E`) when its
-wheel is installed, else with one `bytes.find` pass per needle (C speed, about 10x slower than Hyperscan on
+wheel is installed, else with one `bytes.find` pass per needle (C speed, about 6x slower than Hyperscan on
 14 needles). Both give the same lines (tests/health/test_prefilter.py).
 """
 from __future__ import annotations
