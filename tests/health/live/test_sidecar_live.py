@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from vllm_rocm_health.canary import CanaryConfig
 from vllm_rocm_stack.proxy import SwitchableProxy
 from vllm_rocm_stack.vllm_server import VllmServer
@@ -43,11 +42,7 @@ def sidecar(proxy: SwitchableProxy, vllm_server: VllmServer, baseline_file: Path
 
 
 def runs(sc: SidecarProcess, outcome: str) -> float:
-    for family in text_string_to_metric_families(sc.metrics()):
-        for s in family.samples:
-            if s.name == "vllm_canary_runs_total" and s.labels.get("outcome") == outcome:
-                return s.value
-    return 0.0
+    return sc.total("vllm_canary_runs_total", outcome=outcome)
 
 
 def wait_ready(sc: SidecarProcess, want: int, timeout: float = 90.0) -> dict:

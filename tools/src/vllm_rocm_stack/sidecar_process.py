@@ -11,6 +11,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -55,6 +57,15 @@ class SidecarProcess:
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])
         return None
+
+    def total(self, name: str, **labels: str) -> float:
+        """Sum of the samples called `name` whose labels include `labels` (e.g. runs of one outcome)."""
+        total = 0.0
+        for family in text_string_to_metric_families(self.metrics()):
+            for s in family.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    total += s.value
+        return total
 
     def ready(self) -> tuple[int, dict]:
         code, body = get(self.url + "/readyz")

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
 from vllm_rocm_health.canary.client import CompletionClient
 from vllm_rocm_health.canary.runner import record_baseline
@@ -53,16 +52,6 @@ def start_servers(work: Path) -> Servers:
         bad.stop()
         raise RuntimeError(f"vLLM did not start: {next(e for e in errors if e)}")
     return Servers(good.base_url, bad.base_url, (good, bad))
-
-
-def metric_sum(text: str, name: str, **labels: str) -> float:
-    """Sum of the samples called `name` (with these label values) in a /metrics text."""
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
 
 
 def _canary_totals(reg: CollectorRegistry) -> tuple[float, float]:
@@ -123,14 +112,14 @@ def bench_flip(servers: Servers, baseline: Path, work: Path, interval: float, re
         for _ in range(reps):
             for target, want, out in ((servers.bad_url, 0, fail), (servers.good_url, 1, recover)):
                 time.sleep(rng.uniform(0, interval))
-                fails = metric_sum(sc.metrics(), "vllm_canary_runs_total", outcome="fail")
+                fails = sc.total("vllm_canary_runs_total", outcome="fail")
                 proxy.switch(target)
                 t0 = time.monotonic()
                 ok = sc.wait_for(lambda want=want: sc.value("vllm_canary_passing") == want, 2 * interval + 180)
                 if not ok:
                     raise RuntimeError(f"canary did not flip to {want}:\n{sc.log_path.read_text()[-2000:]}")
                 out.append(time.monotonic() - t0)
-                if want == 0 and metric_sum(sc.metrics(), "vllm_canary_runs_total", outcome="fail") <= fails:
+                if want == 0 and sc.total("vllm_canary_runs_total", outcome="fail") <= fails:
                     raise RuntimeError("the canary flipped on an error, not on wrong answers")
     finally:
         sc.stop()
@@ -159,7 +148,7 @@ def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_p
         t0 = time.monotonic()
         for i in range(total_runs):
             def runs() -> float:
-                return metric_sum(sc.metrics(), "vllm_canary_runs_total")
+                return sc.total("vllm_canary_runs_total")
             if not sc.wait_for(lambda i=i: runs() >= i + 1, interval + 180):
                 raise RuntimeError(f"canary run {i + 1} never came:\n{sc.log_path.read_text()[-2000:]}")
             end = (i + 1) * len(data) // total_runs
@@ -173,7 +162,7 @@ def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_p
             rss.append(r / 2**20)
             xs.append((i + 1) / runs_per_hour)
         wall = time.monotonic() - t0
-        outcomes = {o: metric_sum(sc.metrics(), "vllm_canary_runs_total", outcome=o) for o in ("pass", "fail", "error")}
+        outcomes = {o: sc.total("vllm_canary_runs_total", outcome=o) for o in ("pass", "fail", "error")}
     finally:
         sc.stop()
     half = len(xs) // 2
