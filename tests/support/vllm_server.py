@@ -3,14 +3,7 @@
 is the tests' import point and adds nothing pytest-specific (importable without pytest)."""
 from __future__ import annotations
 
-import socket
-
+from vllm_rocm_stack.sidecar_process import free_port
 from vllm_rocm_stack.vllm_server import VLLM_PYTHON, VllmServer, server_env
 
 __all__ = ["VLLM_PYTHON", "VllmServer", "free_port", "server_env"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
