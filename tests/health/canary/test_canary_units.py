@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from vllm_rocm_health.canary import CanaryConfig, CanaryRunner, fingerprint, problems
 from vllm_rocm_health.canary.baseline import Baseline, BaselineError
 from vllm_rocm_health.canary.runner import budget
@@ -92,12 +92,20 @@ def test_server_down_is_an_error_not_a_crash(tmp_path: Path) -> None:
     cfg = CanaryConfig(baseline=str(path), timeout=2, seed=1, num_problems=2)
     runner = CanaryRunner(cfg, f"http://127.0.0.1:{_closed_port()}", reg, "m")
     assert runner.enabled and runner.passing is None
+    # Nothing measured yet: no score, drift or verdict that could read as a failure (0) or a pass.
+    exposition = generate_latest(reg).decode()
+    for name in ("vllm_canary_score_ratio", "vllm_canary_fingerprint_drift", "vllm_canary_passing"):
+        assert reg.get_sample_value(name) is None and f"\n{name} " not in exposition, name
+    assert reg.get_sample_value("vllm_canary_score_threshold_ratio") == runner.threshold  # configuration: known
     result = runner.run_once()
     assert result.outcome == "error"
     assert "ConnectError" in result.reason
     assert runner.passing is False
     assert reg.get_sample_value("vllm_canary_runs_total", {"outcome": "error"}) == 1
     assert reg.get_sample_value("vllm_canary_passing") == 0
+    # An error measured nothing about accuracy: still no score or drift.
+    assert reg.get_sample_value("vllm_canary_score_ratio") is None
+    assert reg.get_sample_value("vllm_canary_fingerprint_drift") is None
     assert reg.get_sample_value("vllm_canary_requests_total") >= 1
 
 

@@ -1,20 +1,51 @@
 """The canary's Prometheus metrics (names per docs/contracts.md)."""
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+class MeasuredGauge(Collector):
+    """A gauge that is absent until its first measurement. A plain Gauge reads 0 from the start, and a score of
+    0 (or "not passing") before the first canary run looks like a failure: it put VllmCanaryScoreBelowThreshold
+    into pending at every start. Absent means "not measured yet", which alert rules and dashboards treat as such."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self.name, self.documentation = name, documentation
+        self._value: float | None = None
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            self._value = float(value)
+
+    def get(self) -> float | None:
+        with self._lock:
+            return self._value
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        value = self.get()
+        if value is not None:
+            yield GaugeMetricFamily(self.name, self.documentation, value=value)
 
 
 class CanaryMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.score = Gauge("vllm_canary_score_ratio", "Last canary task score (exact-answer problems), 0..1",
-                           registry=registry)
+        # score, drift, passing: absent until a canary run measured them (MeasuredGauge)
+        self.score = MeasuredGauge("vllm_canary_score_ratio", "Last canary task score (exact-answer problems), 0..1",
+                                   registry)
         self.threshold = Gauge("vllm_canary_score_threshold_ratio",
                                "Score below which the canary fails (baseline score minus tolerance)", registry=registry)
-        self.drift = Gauge("vllm_canary_fingerprint_drift",
-                           "Max per-token prompt logprob difference from the baseline, in nats", registry=registry)
+        self.drift = MeasuredGauge("vllm_canary_fingerprint_drift",
+                                   "Max per-token prompt logprob difference from the baseline, in nats", registry)
         self.tolerance = Gauge("vllm_canary_fingerprint_tolerance", "Fingerprint drift tolerance in force, in nats",
                                registry=registry)
-        self.passing = Gauge("vllm_canary_passing", "1 when the last canary run passed", registry=registry)
+        self.passing = MeasuredGauge("vllm_canary_passing", "1 when the last canary run passed", registry)
         self.runs = Counter("vllm_canary_runs", "Canary runs by outcome", ["outcome"], registry=registry)
         self.last_success = Gauge("vllm_canary_last_success_timestamp_seconds",
                                   "Unix time of the last passing canary run", registry=registry)
