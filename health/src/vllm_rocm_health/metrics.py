@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .readiness import REASON_CODES, reason_code
 from .state import LogState
 
 # Exactly the label values of docs/contracts.md (an unsupported-mode ValueError counts as `exception`).
@@ -72,6 +73,13 @@ class CaptureCollector(Collector):
             yield g("vllm_engine_start_time_seconds", "Unix time the current engine instance started",
                     value=s.engine_start_time)
             yield g("vllm_sidecar_ready", "What /readyz answers (1 = 200)", value=int(s.ready))
+            # Every code, 1 for the current one (as kube-state-metrics' *_reason): the dashboard's reason per pod.
+            why = g("vllm_sidecar_ready_reason", "Why /readyz answers what it does: 1 for the current reason",
+                    labels=["reason"])
+            current = reason_code(s.ready_reason)
+            for code in REASON_CODES:
+                why.add_metric([code], int(code == current))
+            yield why
             yield CounterMetricFamily("vllm_sidecar_log_lines", "Log lines read", value=s.log_lines)
             yield g("vllm_sidecar_log_source_up", "1 while the log source is connected", value=int(s.log_source_up))
 
