@@ -96,6 +96,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "release-0.10.2": {"vllm.release": "0.10.2", "compilation.cudagraphMode": "PIECEWISE"},
     "release-0.20": {"vllm.release": "0.20.0", "attentionBackend": "ROCM_AITER_FA"},
     "everything": {"metrics.serviceMonitor.enabled": True, "metrics.prometheusRule.enabled": True,
+                   "metrics.grafanaDashboard.enabled": True,
                    "autoscaling.keda.enabled": True, "canary.baseline": '{"version": 1}',
                    "hfToken.existingSecret": "hf", "modelCache.existingClaim": "models",
                    "compilation.captureSizes": [1, 2, 4, 8], "kvCacheDtype": "fp8", "maxNumSeqs": 64,
