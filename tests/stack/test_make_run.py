@@ -1,9 +1,12 @@
 """`make run`'s underlying command, for real: vLLM (CPU) + the sidecar + Prometheus with the shipped alert rules.
-Started in the background, checked for readiness, metrics in Prometheus and no firing alert, then stopped with
-Ctrl-C (SIGINT) and checked to leave nothing behind."""
+Started in the background, checked for readiness, metrics in Prometheus, no alert firing or pending at any time,
+banner links that answer, and every panel of the Grafana dashboard evaluated against this Prometheus; then stopped
+with Ctrl-C (SIGINT) and checked to leave nothing behind."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from vllm_rocm_stack import dashboard
 from vllm_rocm_stack.config import WORK
 
 from tests.support.sidecar import free_port, get
@@ -23,7 +27,31 @@ pytestmark = pytest.mark.live
 def prom(port: int, path: str, **params: str) -> dict:
     q = ("?" + urllib.parse.urlencode(params)) if params else ""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}{q}", timeout=5) as r:
-        return json.load(r)["data"]
+        body = json.load(r)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def banner_urls(text: str) -> list[str]:
+    """The URLs of the 'Where to look' lines (the curl example after them is not a link)."""
+    block = text.split("Where to look:", 1)[1].split("  Grafana", 1)[0]
+    return re.findall(r"http://\S+", block)
+
+
+def panel_data(port: int) -> dict[str, tuple[bool, int]]:
+    """panel query -> (GPU-only, finite values it returns now), as Grafana would ask with the defaults."""
+    out = {}
+    now = time.time()
+    for q in dashboard.panel_queries(json.loads(dashboard.JSON_PATH.read_text())):
+        expr = dashboard.for_prometheus(q.expr)
+        if q.instant:
+            res = prom(port, "/api/v1/query", query=expr)["result"]
+            values = [float(r["value"][1]) for r in res]
+        else:
+            res = prom(port, "/api/v1/query_range", query=expr, start=str(now - 300), end=str(now), step="5")
+            values = [float(v[1]) for r in res for v in r["values"]]
+        out[f"{q.panel}: {q.expr}"] = (q.gpu_only, sum(1 for v in values if math.isfinite(v)))
+    return out
 
 
 def port_open(port: int) -> bool:
@@ -54,6 +82,11 @@ def test_make_run_stack(tmp_path: Path) -> None:
         else:
             pytest.fail(f"sidecar never ready:\n{text()[-3000:]}")
         assert "no canary baseline yet: recording one" in text()
+        deadline = time.monotonic() + 120  # the banner comes once Prometheus scraped everything and loaded the rules
+        while "Press Ctrl-C to stop everything." not in text() and time.monotonic() < deadline:
+            assert proc.poll() is None, f"stack exited early:\n{text()[-3000:]}"
+            time.sleep(0.5)
+        assert "Press Ctrl-C to stop everything." in text(), text()[-3000:]
         # Prometheus scrapes the sidecar and evaluates the shipped rules; a healthy stack fires nothing.
         deadline = time.monotonic() + 30
         ready = []
@@ -65,8 +98,21 @@ def test_make_run_stack(tmp_path: Path) -> None:
         assert score and score[0]["value"][1] == "1"
         rules = [r for g in prom(ports["prometheus"], "/api/v1/rules")["groups"] for r in g["rules"]]
         assert len(rules) >= 7 and all(r["health"] == "ok" for r in rules), rules
-        firing = [a for a in prom(ports["prometheus"], "/api/v1/alerts")["alerts"] if a["state"] == "firing"]
-        assert firing == []
+        # Every dashboard panel answers; GPU-only ones (capture) at least parse and evaluate. The canary's series
+        # need a run after Prometheus started: wait up to three canary intervals for them.
+        deadline = time.monotonic() + 3 * 30 + 30
+        while True:
+            data = panel_data(ports["prometheus"])
+            empty = [k for k, (gpu_only, n) in data.items() if not gpu_only and n == 0]
+            if not empty or time.monotonic() > deadline:
+                break
+            time.sleep(3)
+        assert not empty, f"dashboard queries without data on the running stack: {empty}"
+        # A healthy start raises no alert at all, not even a pending one, at any time since Prometheus started
+        # (ALERTS has a sample for every evaluation in which an alert was pending or firing).
+        assert prom(ports["prometheus"], "/api/v1/alerts")["alerts"] == []
+        ever = prom(ports["prometheus"], "/api/v1/query", query="max_over_time(ALERTS[1h])")["result"]
+        assert ever == [], f"alerts were pending or firing during a healthy start: {ever}"
         active = prom(ports["prometheus"], "/api/v1/targets")["activeTargets"]
         targets = {t["labels"]["job"]: t["health"] for t in active}
         assert targets.get("vllm-rocm-health") == "up"
@@ -75,6 +121,17 @@ def test_make_run_stack(tmp_path: Path) -> None:
         while "ready=yes" not in text() and time.monotonic() < deadline:
             time.sleep(0.5)
         assert "ready=yes" in text()
+        status_lines = [ln for ln in text().splitlines() if "alerts firing=" in ln]
+        assert status_lines and all("firing=none pending=none" in ln for ln in status_lines), status_lines
+        # The banner prints only links that answer; each is fetched here as a person would.
+        urls = banner_urls(text())
+        assert "(not answering)" not in text() and len(urls) >= 7, text()[-3000:]
+        for url in urls:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                assert r.status == 200, url
+        provisioning = tmp_path / "run" / "grafana" / "provisioning"
+        assert f"GF_PATHS_PROVISIONING={provisioning}" in text()
+        assert (provisioning / "datasources" / "prometheus.yaml").is_file()
     finally:
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(90)

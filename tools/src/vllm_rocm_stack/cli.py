@@ -20,6 +20,11 @@ Run the distribution's whole stack on one machine.
 
 Select with --target or VLLM_ROCM_STACK_TARGET. Stops everything cleanly on Ctrl-C.
 """
+USAGE_NOTE = """\
+Run it as `make run` (sets up the vLLM CPU build first), with options in RUN_ARGS, e.g.
+  make run RUN_ARGS="--vllm-port 8001 --canary-interval 30"
+or, once set up, directly: .work/venv/bin/vllm-rocm-stack run --vllm-port 8001
+"""
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -40,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
+    # Only stdlib imports (and .config) on the --help path: `make run RUN_ARGS=--help` needs no setup.
     run = sub.add_parser("run", help="start the stack and keep it running until Ctrl-C",
-                         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+                         usage='make run RUN_ARGS="[options]"', description=DESCRIPTION, epilog=USAGE_NOTE,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--target", choices=("cpu", "rocm"), default=os.environ.get("VLLM_ROCM_STACK_TARGET", "cpu"),
                      help="cpu: local CPU stack (default); rocm: docker compose on an AMD node")
     run.add_argument("--compose-file", type=Path, default=REPO / "docker" / "compose.yaml",

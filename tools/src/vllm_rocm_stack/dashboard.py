@@ -29,10 +29,10 @@ with warnings.catch_warnings():
     from grafana_foundation_sdk.models import dashboard as dm
     from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from .config import DASHBOARD_JSON as JSON_PATH
+from .config import DASHBOARD_UID as UID
 from .config import REPO
 
-JSON_PATH = REPO / "charts" / "vllm-rocm" / "files" / "dashboards" / "vllm-rocm.json"
-UID = "vllm-rocm"
 TITLE = "vLLM on ROCm: CUDA graphs, accuracy canary, serving"
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
@@ -294,6 +294,31 @@ def build() -> dict:
         for spec in specs:
             board = board.with_panel(_panel(spec, next(ids)))
     return json.loads(JSONEncoder(sort_keys=True).encode(board.build()))
+
+
+@dataclass
+class PanelQuery:
+    panel: str
+    expr: str  # as Grafana sends it, variables included
+    instant: bool
+    gpu_only: bool
+
+
+def panel_queries(board: dict) -> list[PanelQuery]:
+    """Every query of a dashboard JSON (the checked-in file, not the specs: what ships is what gets tested)."""
+    gpu = {p.title for p in panels() if p.gpu_only}
+    return [PanelQuery(p["title"], t["expr"], bool(t.get("instant")), p["title"] in gpu)
+            for p in board["panels"] if p.get("type") != "row" for t in p.get("targets", [])]
+
+
+def for_prometheus(expr: str, rate_interval: str = "2m") -> str:
+    """The query Grafana would send with the variables at their defaults (all instances selected)."""
+    for var, value in (("$__rate_interval", rate_interval), ("$vllm_job", VLLM_JOB_DEFAULT), ("$job", JOB_DEFAULT),
+                       ("$instance", ALL_VALUE)):
+        expr = expr.replace(var, value)
+    if "$" in expr:
+        raise ValueError(f"unsubstituted variable in {expr!r}")
+    return expr
 
 
 def render() -> str:

@@ -38,10 +38,10 @@ class PrometheusServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def write_config(self) -> Path:
+    def write_config(self, with_rules: bool = True) -> Path:
         config: dict[str, Any] = {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.evaluation_interval},
-            "rule_files": [str(p.resolve()) for p in self.rule_files],
+            "rule_files": [str(p.resolve()) for p in self.rule_files] if with_rules else [],
             "scrape_configs": [
                 {"job_name": t.job, "metrics_path": t.metrics_path, "static_configs": [{"targets": [t.address]}]}
                 for t in self.targets
@@ -53,10 +53,12 @@ class PrometheusServer:
         return path
 
     def start(self, timeout: float = 30.0) -> None:
+        """Start, and load the rules only once every target was scraped: evaluated before the first scrape, an
+        `absent(up{...})` rule is true and its alert goes pending at every start (a false alarm)."""
         exe = shutil.which(self.binary)
         if exe is None:
             raise RuntimeError("prometheus is not on PATH: run `make setup` (installs the Debian package)")
-        config = self.write_config()
+        config = self.write_config(with_rules=False)
         tsdb = self.workdir / "tsdb"
         tsdb.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
@@ -67,9 +69,31 @@ class PrometheusServer:
         )
         self.process.start()
         if not wait_until(self.ready, timeout, interval=0.2):
-            tail = self.process.log_tail()
-            self.stop()
-            raise RuntimeError(f"prometheus did not become ready in {timeout:.0f} s:\n{tail}")
+            self._fail(f"prometheus did not become ready in {timeout:.0f} s")
+        if self.rule_files:
+            self._load_rules_after_first_scrape(timeout)
+
+    def _fail(self, why: str) -> None:
+        tail = self.process.log_tail() if self.process else ""
+        self.stop()
+        raise RuntimeError(f"{why}:\n{tail}")
+
+    def _scraped_once(self) -> bool:
+        if not self.ready():  # raises when the process exited
+            return False
+        targets = self.api("/api/v1/targets")["activeTargets"]
+        return len(targets) == len(self.targets) and all(t["health"] != "unknown" for t in targets)
+
+    def _load_rules_after_first_scrape(self, timeout: float) -> None:
+        if not wait_until(self._scraped_once, timeout, interval=0.2):
+            self._fail(f"prometheus did not scrape every target within {timeout:.0f} s")
+        self.write_config(with_rules=True)
+        try:
+            urllib.request.urlopen(urllib.request.Request(self.url + "/-/reload", method="POST"), timeout=10).close()
+        except (urllib.error.URLError, OSError) as e:
+            self._fail(f"prometheus refused to reload its configuration with the rules: {e}")
+        if not wait_until(lambda: len(self.api("/api/v1/rules")["groups"]) > 0, timeout, interval=0.2):
+            self._fail(f"prometheus did not load the rules {[str(p) for p in self.rule_files]}")
 
     def ready(self) -> bool:
         if self.process is not None and not self.process.alive():

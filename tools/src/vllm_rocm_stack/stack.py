@@ -13,7 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .config import REPO, StackConfig
+from .config import DASHBOARD_JSON, REPO, StackConfig
+from .grafana import write_provisioning
 from .processes import ManagedProcess, wait_until
 from .prometheus import PrometheusServer, ScrapeTarget
 from .vllm_server import VllmServer
@@ -41,10 +42,24 @@ def _http_json(url: str, timeout: float = 3.0) -> tuple[int, dict]:
         return 0, {}
 
 
+def first_answering(base: str, paths: list[str], timeout: float = 3.0) -> str | None:
+    """The first of base+path that answers an HTTP GET with 200 (after redirects), as the URL it ended at.
+    Which UI paths a Prometheus serves depends on its build: Debian's 2.42 has only the classic UI (/classic/...)."""
+    for path in paths:
+        try:
+            with urllib.request.urlopen(base + path, timeout=timeout) as r:
+                if r.status == 200:
+                    return r.geturl().rstrip("?")
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return None
+
+
 class Stack:
     def __init__(self, cfg: StackConfig) -> None:
         self.cfg = cfg
         self.stop_event = threading.Event()
+        self.grafana_provisioning: Path | None = None  # written once Prometheus runs
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         self.vllm = VllmServer(
             model=cfg.model, served_model_name=cfg.served_model_name, port=cfg.vllm_port,
@@ -87,6 +102,7 @@ class Stack:
             raise RuntimeError(f"the sidecar did not start:\n{self.sidecar.log_tail()}")
         _say(f"starting Prometheus on {self.prometheus.url} with {ALERT_RULES.relative_to(REPO)}")
         self.prometheus.start()
+        self.grafana_provisioning = write_provisioning(self.cfg.workdir / "grafana", self.prometheus.url)
 
     def _sidecar_alive(self) -> bool:
         if not self.sidecar.alive():
@@ -135,18 +151,38 @@ class Stack:
             out["prometheus_error"] = str(e)
         return out
 
+    def links(self) -> list[tuple[str, str | None, str]]:
+        """(what, URL or None when no candidate answered, note) for the banner; every URL answered a GET."""
+        c, prom = self.cfg, self.prometheus.url
+        wanted = [
+            ("vLLM API", c.vllm_url, ["/v1/models"], f"log: {self.vllm.log_path}"),
+            ("vLLM metrics", c.vllm_url, ["/metrics"], ""),
+            ("sidecar metrics", c.sidecar_url, ["/metrics"], ""),
+            ("sidecar readiness", c.sidecar_url, ["/readyz"], ""),
+            ("Prometheus alerts", prom, ["/alerts", "/classic/alerts"], f"rules: {ALERT_RULES.relative_to(REPO)}"),
+            ("Prometheus targets", prom, ["/targets", "/classic/targets"], ""),
+            ("Prometheus graph", prom, ["/graph", "/classic/graph"], ""),
+        ]
+        out = []
+        for what, base, paths, note in wanted:
+            url = first_answering(base, paths)
+            out.append((what, url, note if url else f"tried {', '.join(paths)}"))
+        return out
+
     def print_banner(self) -> None:
         c = self.cfg
-        print(f"""
-The stack is running. Where to look:
-  vLLM API            {c.vllm_url}/v1/models   (log: {self.vllm.log_path})
-  sidecar metrics     {c.sidecar_url}/metrics
-  sidecar readiness   {c.sidecar_url}/readyz
-  Prometheus          {self.prometheus.url}/alerts   (rules: {ALERT_RULES.relative_to(REPO)})
-  try                 curl -s {c.vllm_url}/v1/completions -H 'Content-Type: application/json' \\
-                        -d '{{"model": "{c.served_model_name}", "prompt": "The capital of France is", "max_tokens": 8}}'
-Press Ctrl-C to stop everything.
-""", flush=True)
+        lines = ["", "The stack is running. Where to look:"]
+        for what, url, note in self.links():
+            lines.append(f"  {what:<19} {url or '(not answering)'}" + (f"   ({note})" if note else ""))
+        lines += [
+            f"  {'Grafana':<19} none runs here; provisioning for one (this Prometheus + the chart's dashboard):",
+            f"  {'':<19} GF_PATHS_PROVISIONING={self.grafana_provisioning} grafana server",
+            f"  {'':<19} or import {DASHBOARD_JSON.relative_to(REPO)}",
+            f"  {'try':<19} curl -s {c.vllm_url}/v1/completions -H 'Content-Type: application/json' \\",
+            f"  {'':<19}   -d '{{\"model\": \"{c.served_model_name}\", \"prompt\": \"The capital of France is\", "
+            f"\"max_tokens\": 8}}'",
+            "Press Ctrl-C to stop everything.", ""]
+        print("\n".join(lines), flush=True)
 
     def status_line(self) -> str:
         s = self.status()

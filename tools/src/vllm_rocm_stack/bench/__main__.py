@@ -14,18 +14,26 @@ import os
 import platform
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ..config import WORK
-from .loggen import generate
-from .parse import bench_parse
-from .report import table
-from .sidecar import bench_sidecar
+
+USAGE_NOTE = """\
+Run it as `make bench` (sets up the vLLM CPU build first), with options in BENCH_ARGS, e.g.
+  make bench BENCH_ARGS="--no-live --reps 3"
+or, once set up, directly: .work/venv/bin/python -m vllm_rocm_stack.bench --no-live --reps 3
+It prints its own wall time at the end; the README quotes one run with the defaults."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written, and every option's default in its help."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m vllm_rocm_stack.bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    # Only stdlib imports above this point: `make bench BENCH_ARGS=--help` prints this without any setup.
+    ap = argparse.ArgumentParser(prog="make bench", usage='make bench BENCH_ARGS="[options]"', description=__doc__,
+                                 epilog=USAGE_NOTE, formatter_class=_HelpFormatter)
     ap.add_argument("--lines", type=int, default=2_000_000, help="lines of the generated log for the parse bench")
     ap.add_argument("--load-lines", type=int, default=400_000, help="lines pushed through the running sidecar")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of the parse and latency benches (medians)")
@@ -51,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .loggen import generate  # late: --help needs none of these (nor the venv)
+    from .parse import bench_parse
+    from .report import table
+    from .sidecar import bench_sidecar
+
+    started = time.monotonic()
     if bool(args.vllm_url) != bool(args.bad_vllm_url):
         print("bench: give both --vllm-url and --bad-vllm-url, or neither", file=sys.stderr)
         return 2
@@ -76,10 +90,11 @@ def main(argv: list[str] | None = None) -> int:
                                         args.load_runs, args.concurrency, args.flip_interval, args.flip_reps,
                                         args.hours, args.lines_per_hour, args.hours_interval,
                                         progress=lambda m: print(m, flush=True))
+    result["wall_seconds"] = round(time.monotonic() - started, 1)
     args.out.write_text(json.dumps(result, indent=2))
     print()
     print(table(result))
-    print(f"\nJSON: {args.out}")
+    print(f"\nJSON: {args.out}\nwall time: {result['wall_seconds']:.0f} s")
     return 0
 
 

@@ -1,0 +1,55 @@
+"""First contact: `make run RUN_ARGS=--help` and `make bench BENCH_ARGS=--help` answer at once, installing nothing,
+and say how they are invoked and what the defaults are; `make help` lists every target."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make(*args: str, work: Path) -> subprocess.CompletedProcess[str]:
+    # WORK points at a directory that does not exist: any setup step would create it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    return subprocess.run(["make", "--no-print-directory", "-C", str(REPO), *args, f"WORK={work}"],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+@pytest.mark.parametrize("target,var,expect", [
+    ("run", "RUN_ARGS", ['usage: make run RUN_ARGS="[options]"', "--canary-interval", "(default: 60)"]),
+    ("bench", "BENCH_ARGS", ['usage: make bench BENCH_ARGS="[options]"', "--no-live", "(default: 2000000)",
+                             "(default: 16)"]),
+])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_without_setup(target: str, var: str, expect: list[str], flag: str, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    dry = make("-n", target, f"{var}={flag}", work=work)
+    assert dry.returncode == 0 and "bootstrap.sh" not in dry.stdout and "setup-vllm" not in dry.stdout, dry.stdout
+    res = make(target, f"{var}={flag}", work=work)
+    assert res.returncode == 0, res.stderr
+    for text in expect:
+        assert text in res.stdout, (text, res.stdout)
+    assert not work.exists(), "printing the help installed something"
+
+
+def test_without_help_the_targets_still_set_up_first(tmp_path: Path) -> None:
+    for target, var in (("run", "RUN_ARGS"), ("bench", "BENCH_ARGS")):
+        dry = make("-n", target, f"{var}=--no-live", work=tmp_path / "work")
+        assert "bootstrap.sh" in dry.stdout and "setup-vllm-cpu.sh" in dry.stdout, dry.stdout
+
+
+def test_make_help_lists_the_targets(tmp_path: Path) -> None:
+    out = make("help", work=tmp_path / "work").stdout
+    for target in ("run", "test", "bench", "patches-status", "dashboard", "setup", "clean"):
+        assert f"  {target} " in out, out
+
+
+def test_patches_status_needs_a_target_and_runs_without_the_venv(tmp_path: Path) -> None:
+    res = make("patches-status", work=tmp_path / "work")
+    assert res.returncode != 0 and "usage: make patches-status TARGET=" in res.stderr
+    res = make("patches-status", f"TARGET={tmp_path}", work=tmp_path / "work")
+    assert res.returncode != 0 and "no vllm/ package" in res.stderr  # the tool itself answered
+    assert not (tmp_path / "work").exists()
