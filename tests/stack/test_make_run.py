@@ -45,11 +45,13 @@ def panel_data(port: int) -> dict[str, tuple[bool, int]]:
     for q in dashboard.panel_queries(json.loads(dashboard.JSON_PATH.read_text())):
         expr = dashboard.for_prometheus(q.expr)
         if q.instant:
-            res = prom(port, "/api/v1/query", query=expr)["result"]
-            values = [float(r["value"][1]) for r in res]
+            data = prom(port, "/api/v1/query", query=expr)
+            assert data["resultType"] == "vector", (expr, data)
+            values = [float(r["value"][1]) for r in data["result"]]
         else:
-            res = prom(port, "/api/v1/query_range", query=expr, start=str(now - 300), end=str(now), step="5")
-            values = [float(v[1]) for r in res for v in r["values"]]
+            data = prom(port, "/api/v1/query_range", query=expr, start=f"{now - 300:.3f}", end=f"{now:.3f}", step="5")
+            assert data["resultType"] == "matrix", (expr, data)
+            values = [float(v[1]) for r in data["result"] for v in r["values"]]
         out[f"{q.panel}: {q.expr}"] = (q.gpu_only, sum(1 for v in values if math.isfinite(v)))
     return out
 

@@ -92,8 +92,12 @@ class PrometheusServer:
             urllib.request.urlopen(urllib.request.Request(self.url + "/-/reload", method="POST"), timeout=10).close()
         except (urllib.error.URLError, OSError) as e:
             self._fail(f"prometheus refused to reload its configuration with the rules: {e}")
-        if not wait_until(lambda: len(self.api("/api/v1/rules")["groups"]) > 0, timeout, interval=0.2):
-            self._fail(f"prometheus did not load the rules {[str(p) for p in self.rule_files]}")
+        if not wait_until(self._rules_evaluated, timeout, interval=0.2):
+            self._fail(f"prometheus did not load and evaluate the rules {[str(p) for p in self.rule_files]}")
+
+    def _rules_evaluated(self) -> bool:
+        rules = self.rules()
+        return bool(rules) and all(r["health"] != "unknown" for r in rules)
 
     def ready(self) -> bool:
         if self.process is not None and not self.process.alive():
