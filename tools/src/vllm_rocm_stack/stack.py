@@ -42,14 +42,17 @@ def _http_json(url: str, timeout: float = 3.0) -> tuple[int, dict]:
         return 0, {}
 
 
-def first_answering(base: str, paths: list[str], timeout: float = 3.0) -> str | None:
-    """The first of base+path that answers an HTTP GET with 200 (after redirects), as the URL it ended at.
+def first_answering(base: str, paths: list[str], answers: tuple[int, ...] = (200,), timeout: float = 3.0) -> str | None:
+    """The first of base+path whose HTTP GET gets one of `answers` (after redirects), as the URL it ended at.
     Which UI paths a Prometheus serves depends on its build: Debian's 2.42 has only the classic UI (/classic/...)."""
     for path in paths:
         try:
             with urllib.request.urlopen(base + path, timeout=timeout) as r:
-                if r.status == 200:
+                if r.status in answers:
                     return r.geturl().rstrip("?")
+        except urllib.error.HTTPError as e:
+            if e.code in answers:  # e.g. /readyz: 503 "not ready" is an answer, with its reason
+                return e.geturl().rstrip("?")
         except (urllib.error.URLError, OSError, ValueError):
             continue
     return None
@@ -158,14 +161,14 @@ class Stack:
             ("vLLM API", c.vllm_url, ["/v1/models"], f"log: {self.vllm.log_path}"),
             ("vLLM metrics", c.vllm_url, ["/metrics"], ""),
             ("sidecar metrics", c.sidecar_url, ["/metrics"], ""),
-            ("sidecar readiness", c.sidecar_url, ["/readyz"], ""),
+            ("sidecar readiness", c.sidecar_url, ["/readyz"], "200 ready / 503 not ready, with the reason"),
             ("Prometheus alerts", prom, ["/alerts", "/classic/alerts"], f"rules: {ALERT_RULES.relative_to(REPO)}"),
             ("Prometheus targets", prom, ["/targets", "/classic/targets"], ""),
             ("Prometheus graph", prom, ["/graph", "/classic/graph"], ""),
         ]
         out = []
         for what, base, paths, note in wanted:
-            url = first_answering(base, paths)
+            url = first_answering(base, paths, (200, 503) if paths == ["/readyz"] else (200,))
             out.append((what, url, note if url else f"tried {', '.join(paths)}"))
         return out
 
