@@ -44,7 +44,7 @@ target "vllm-rocm-0_10_1_1" {
     VLLM_SDIST_SHA256   = "3099824ee4bdaa14c4c4f7178a092101a0ec206d4c9371edf295849b2b730a39"
     PATCH_LEVEL         = "1"
     PATCH_SERIES        = "vllm-0.10.1.1"
-    PATCH_SERIES_SHA256 = "67a83d253d92ebe705eb13d1c8f2e7ae36185887a2f96d78ff31a110ca785f91"
+    PATCH_SERIES_SHA256 = "2736c92b15db58c706fd17d9eab52c2fc2fe99ddd4bf469cc727fb1a33e29c19"
   }
   tags = ["${REGISTRY}vllm-rocm:0.10.1.1-p1"]
 }
@@ -59,7 +59,7 @@ target "vllm-rocm-0_10_2" {
     VLLM_RELEASE        = "0.10.2"
     PATCH_LEVEL         = "1"
     PATCH_SERIES        = "vllm-0.10.2"
-    PATCH_SERIES_SHA256 = "d6ad201ded5b69f4f9e51670302ceb29ff6a462f9a854f43dec21288a9ad8011"
+    PATCH_SERIES_SHA256 = "5c40a4762f2ad40c446c5c7d625d1dcd85d4c36888abbaa6b1031a32ff5863e0"
   }
   tags = ["${REGISTRY}vllm-rocm:0.10.2-p1"]
 }
@@ -75,7 +75,7 @@ target "vllm-rocm-0_11_0" {
     VLLM_SDIST_SHA256   = "f435a64c24e9c4178d657a76f8edd8548ddc444012f7d06a9f79ac3a6392bfae"
     PATCH_LEVEL         = "0"
     PATCH_SERIES        = "vllm-0.11.0"
-    PATCH_SERIES_SHA256 = "730d062626951217e9e6be47759ca122f30cdbaee6d3a0f9fa23e08a3ae9990c"
+    PATCH_SERIES_SHA256 = "324ed76cd9602100a6736e5bf6e843692e884d32142d4ad7a961c47758b0e4f9"
   }
   tags = ["${REGISTRY}vllm-rocm:0.11.0-p0"]
 }
@@ -90,7 +90,7 @@ target "vllm-rocm-0_33_0" {
     VLLM_RELEASE        = "0.33.0"
     PATCH_LEVEL         = "0"
     PATCH_SERIES        = "vllm-0.33.0"
-    PATCH_SERIES_SHA256 = "37d664e1228b2496c909121b052c3fc517f7064e725d777824840bb48acadf06"
+    PATCH_SERIES_SHA256 = "db23fdf5f5425288a500c355edce8798e3848503a161b91e79a13d1e4f14ae22"
   }
   tags = ["${REGISTRY}vllm-rocm:0.33.0-p0"]
 }

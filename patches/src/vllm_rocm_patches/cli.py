@@ -30,7 +30,9 @@ vllm-*.dist-info/), as a source-build Dockerfile patches before building; name i
 --release X.Y.Z (it must agree with PKG-INFO / vllm/_version.py when those give a final release).
 
 commands:
-  status TARGET [--json]             per patch: applicable / applied / fixed upstream / not needed / conflict
+  status TARGET [--json]             per patch: applicable / applied / fixed upstream / not needed / conflict;
+                                     for a release without a series: what its file declares (not needed,
+                                     fixed upstream, affected, or unknown when the file does not say)
   apply  TARGET [--report F] [--dry-run]
                                      apply what is applicable (no fuzz; all files or none; idempotent)
   verify TARGET [--report F]         check the post-conditions on disk (parsed with ast) and the RECORD
@@ -96,12 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _human(rep: engine.Report) -> str:
     t = rep.target
-    head = f"vLLM {t.version} at {t.root}" + (" (source tree)" if t.kind == "source" else "")
+    if t.kind == "source":
+        where = " (source tree)"
+    elif t.distribution.lower() != "vllm":
+        where = f" (installed as {t.distribution})"
+    else:
+        where = ""
+    head = f"vLLM {t.version} at {t.root}{where}"
     if rep.known:
         head += f" -- series {rep.series_id} (sha256 {rep.series_sha256[:12]})"
     else:
-        head += " -- not a release the series knows; judged by file content"
+        head += " -- no series for this release; judged by what its files declare"
     lines = [head]
+    if rep.known and rep.series_id != f"vllm-{t.release}":
+        lines.append(f"  series {rep.series_id} {rep.series_why}")
     if rep.content_matches:
         lines.append(f"  files match: {', '.join(rep.content_matches)}")
     else:
@@ -166,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     if args.command == "status":
         rep = engine.analyze(sset, tgt, "status")
-        rep.summary = "ok" if rep.exit_code == EXIT_OK else "conflicts found"
+        rep.summary = engine.status_summary(rep)
     elif args.command == "apply":
         rep = engine.apply(sset, tgt, dry_run=args.dry_run)
     elif args.command == "verify":

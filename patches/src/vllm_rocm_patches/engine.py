@@ -19,8 +19,9 @@ APPLICABLE = "applicable"
 APPLIED = "applied"
 FIXED_UPSTREAM = "fixed-upstream"
 NOT_NEEDED = "not-needed"
-CONFLICT = "conflict"
+CONFLICT = "conflict"  # the files are not what the series expects (hash mismatch, patch does not apply): refused
 AFFECTED = "affected"  # unknown release whose file still has the bug: the series has nothing for it
+UNKNOWN = "unknown"  # unknown release whose file does not say whether it has the bug: fail closed, but no conflict
 OK_STATES = (APPLICABLE, APPLIED, FIXED_UPSTREAM, NOT_NEEDED)
 
 
@@ -69,6 +70,7 @@ class Report:
     record_notes: list[str] = field(default_factory=list)
     # which release files of the series the target's files are byte-identical to, e.g. "0.10.2 pristine"
     content_matches: list[str] = field(default_factory=list)
+    series_why: str = ""  # which series serves this release and why (its own, or one that covers it)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +84,7 @@ class Report:
                 "release": self.target.release,
                 "sources": self.target.sources,
                 "known_to_series": self.known,
+                "series_why": self.series_why,
                 "tree": self.target.kind,
                 "content_matches": self.content_matches,
             },
@@ -249,6 +252,7 @@ def _analyze_unknown(fix: series.Fix, target: Target, sset: series.SeriesSet) ->
     res = EntryResult(f"{fix.id} (content)", fix.id, "content", CONFLICT, "")
     data = _read(target.root, fix.file)
     res.files[fix.file] = {"before": fsio.sha256_bytes(data) if data is not None else None}
+    res.state = UNKNOWN  # until the file says otherwise: "cannot tell" is not a conflict, but not a pass either
     if data is None:
         res.state = NOT_NEEDED
         res.message = (
@@ -257,25 +261,31 @@ def _analyze_unknown(fix: series.Fix, target: Target, sset: series.SeriesSet) ->
         return res
     try:
         found = pysource.declared_support(_decode(data, fix.file), fix.file, fix.cls, fix.attributes)
-    except SyntaxError as exc:
-        res.message = f"unknown release {v}: {fix.file} does not parse: {exc}"
+    except (SyntaxError, PatchConflict) as exc:
+        res.message = f"unknown release {v}: {fix.file} cannot be read as Python ({exc}); cannot tell"
         return res
     if found is None:
-        res.message = (
-            f"unknown release {v}: class {fix.cls} sets none of {fix.attributes} in {fix.file};"
-            " cannot tell whether the fix is needed"
-        )
+        res.message = f"unknown release {v}: no class {fix.cls} in {fix.file}; cannot tell whether the fix is needed"
         return res
     attr, value = found
+    if value == pysource.INHERITED:
+        res.message = (
+            f"unknown release {v}: {fix.cls} sets none of {fix.attributes} and inherits from a base class the series"
+            " does not read; cannot tell whether the fix is needed"
+        )
+        return res
     rule = fix.content_states.get(value)
     res.postconditions = [
-        pysource.CheckResult(f"{fix.cls}.{attr}", rule is not None and rule["state"] in OK_STATES, value)
+        pysource.CheckResult(
+            f"{fix.cls}.{attr or '<CUDA-graph support>'}", rule is not None and rule["state"] in OK_STATES, value
+        )
     ]
     if rule is None:
         res.message = f"unknown release {v}: file declares {attr} = {value}, which the series does not know"
         return res
     res.state = rule["state"]
-    res.message = f"unknown release {v}: file declares {_short(value)} -> {rule['why']}"
+    declares = "nothing" if value == pysource.NOT_DECLARED else _short(value)
+    res.message = f"unknown release {v}: file declares {declares} -> {rule['why']}"
     same = [
         rs.id
         for rs in sset.releases.values()
@@ -310,8 +320,23 @@ def _release_key(release: str) -> list[int]:
     return [int(x) for x in release.split(".") if x.isdigit()]
 
 
+def status_summary(rep: Report) -> str:
+    """One line that names what is wrong in the words of the states: conflict only for a real conflict."""
+    states = {e.state for e in rep.entries}
+    if rep.exit_code == EXIT_OK:
+        return "ok"
+    parts = []
+    if CONFLICT in states:
+        parts.append("conflicts found: the files are not what the series expects")
+    if AFFECTED in states:
+        parts.append("affected: this release has the bug and the series has no patch for it")
+    if UNKNOWN in states:
+        parts.append("cannot tell from the files whether the fix is needed")
+    return "; ".join(parts) or "failed"
+
+
 def analyze(sset: series.SeriesSet, target: Target, command: str) -> Report:
-    rs = sset.releases.get(target.release) if target.is_final_release else None
+    rs, why = sset.find(target.release) if target.is_final_release else (None, "")
     rep = Report(
         command,
         target,
@@ -319,12 +344,13 @@ def analyze(sset: series.SeriesSet, target: Target, command: str) -> Report:
         rs.id if rs else None,
         sset.series_sha256(rs.release) if rs else sset.sha256,
         known=rs is not None,
+        series_why=why,
     )
     if rs is None:
         log.info(
             "vLLM %s is not a release the series knows (%s); classifying by file content",
             target.version,
-            ", ".join(sorted(sset.releases)),
+            ", ".join(sorted([*sset.releases, *(c for rs in sset.releases.values() for c in rs.covers)])),
         )
         rep.entries = [_analyze_unknown(fix, target, sset) for fix in sset.fixes.values()]
     else:

@@ -86,10 +86,17 @@ def check(source: str, filename: str, cond: dict[str, Any]) -> CheckResult:
     raise ValueError(f"unknown post-condition kind {kind!r}")
 
 
+# declared_support() values when the class sets none of the attributes: it has no base class to inherit one from
+# (vLLM 0.10.0's AITER FA builder: nothing declares CUDA-graph support), or it inherits from one.
+NOT_DECLARED = "<not declared, no base class>"
+INHERITED = "<not declared, inherited>"
+
+
 def declared_support(
     source: str, filename: str, cls_name: str, attributes: list[str]
 ) -> tuple[str, str] | None:
-    """(attribute, value) of the first of `attributes` the class sets, e.g. ('_cudagraph_support', '...')."""
+    """(attribute, value) of the first of `attributes` the class sets, e.g. ('_cudagraph_support', '...');
+    ('', NOT_DECLARED) or ('', INHERITED) when it sets none; None when the class is not there."""
     tree = ast.parse(source, filename)
     cls = find_class(tree, cls_name)
     if cls is None:
@@ -98,4 +105,4 @@ def declared_support(
         value = class_attribute(cls, attr)
         if value is not None:
             return attr, value
-    return None
+    return "", INHERITED if cls.bases else NOT_DECLARED

