@@ -94,3 +94,21 @@ def test_make_run_provisioning(tmp_path: Path) -> None:
     provider = yaml.safe_load((prov / "dashboards" / "vllm-rocm.yaml").read_text())["providers"][0]
     board = Path(provider["options"]["path"]) / "vllm-rocm.json"
     assert board.read_text() == dashboard.JSON_PATH.read_text()
+
+
+def test_json_decodes_as_grafanas_dashboard_model() -> None:
+    """The file reads back through the SDK's typed model (panels, queries, variables) unchanged: nothing in it is
+    outside what the builder's schema knows."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from grafana_foundation_sdk.cog.encoder import JSONEncoder
+        from grafana_foundation_sdk.cog.plugins import register_default_plugins
+        from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    raw = checked_in()
+    model = Dashboard.from_json(raw)
+    assert json.loads(JSONEncoder(sort_keys=True).encode(model)) == raw
+    assert model.schema_version >= 39 and model.uid == "vllm-rocm"
