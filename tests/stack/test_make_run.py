@@ -72,7 +72,9 @@ def test_make_run_stack(tmp_path: Path) -> None:
         [sys.executable, "-m", "vllm_rocm_stack", "run", "--workdir", str(tmp_path / "run"),
          "--vllm-port", str(ports["vllm"]), "--sidecar-port", str(ports["sidecar"]),
          "--prometheus-port", str(ports["prometheus"]), "--canary-interval", "30", "--status-interval", "2"],
-        stdout=out, stderr=subprocess.STDOUT)
+        stdout=out, stderr=subprocess.STDOUT,
+        # started as a shell's background job would be (SIGINT ignored): Ctrl-C / SIGINT must still stop it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     text = lambda: (tmp_path / "stack.out").read_text(errors="replace")  # noqa: E731
     try:
         deadline = time.monotonic() + 480
@@ -137,9 +139,18 @@ def test_make_run_stack(tmp_path: Path) -> None:
         assert (provisioning / "datasources" / "prometheus.yaml").is_file()
     finally:
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(90)
+        try:
+            rc = proc.wait(90)
+        except subprocess.TimeoutExpired:  # never leave vLLM behind: SIGTERM stops the children too, then SIGKILL
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+            rc = None
         out.close()
-    assert rc == 0, text()[-3000:]
+    assert rc == 0, f"Ctrl-C (SIGINT) did not stop the stack cleanly (rc {rc}):\n{text()[-3000:]}"
     assert "stopped" in text()
     for name, port in ports.items():
         assert not port_open(port), f"{name} still listening on {port} after Ctrl-C"

@@ -225,7 +225,10 @@ def run_stack(cfg: StackConfig) -> int:
         stack.stop_event.set()
         raise KeyboardInterrupt
 
+    # SIGINT explicitly too: Python leaves it ignored when the parent ignored it (a shell's background job, nohup),
+    # and then Ctrl-C / `kill -INT` would never stop the stack.
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         return stack.run()
     except KeyboardInterrupt:
@@ -234,7 +237,8 @@ def run_stack(cfg: StackConfig) -> int:
         print(f"vllm-rocm-stack: error: {e}", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave children behind
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not leave children behind
+            signal.signal(sig, signal.SIG_IGN)
         stack.shutdown()
 
 
