@@ -38,11 +38,13 @@ class CompletionClient:
 
     def __init__(self, base_url: str, timeout: float, on_request: Callable[[], None] | None = None,
                  on_usage: Callable[[int, int], None] | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 on_abandon: Callable[[], None] | None = None) -> None:
         self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
         self._timeout = timeout
         self._on_request = on_request
         self._on_usage = on_usage
+        self._on_abandon = on_abandon
 
     def close(self) -> None:
         self._http.close()
@@ -66,6 +68,8 @@ class CompletionClient:
                         raise CanaryError(f"{path}: answer larger than {MAX_BODY} bytes", MALFORMED)
                 raw = b"".join(chunks)
         except httpx.TimeoutException as e:
+            if self._on_abandon is not None:
+                self._on_abandon()  # its connection is closed by now: vLLM aborts the request
             raise CanaryError(f"{path}: {type(e).__name__}: no answer within the canary timeout", TIMEOUT) from e
         except httpx.HTTPError as e:
             raise CanaryError(f"{path}: {type(e).__name__}: {e}", CONNECTION) from e

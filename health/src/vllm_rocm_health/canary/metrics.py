@@ -30,6 +30,9 @@ class CanaryMetrics:
         self.duration = Histogram("vllm_canary_duration_seconds", "Wall time of one canary run",
                                   buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=registry)
         self.requests = Counter("vllm_canary_requests", "Requests the canary sent to the server", registry=registry)
+        self.abandoned = Counter("vllm_canary_requests_abandoned",
+                                 "Canary requests given up at the timeout; their connection is closed, which makes "
+                                 "vLLM abort them", registry=registry)
         self.tokens = Counter("vllm_canary_tokens", "Tokens the canary caused, by kind", ["kind"], registry=registry)
         for outcome in ("pass", "fail", "error"):
             self.runs.labels(outcome)

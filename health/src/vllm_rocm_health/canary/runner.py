@@ -101,7 +101,8 @@ class CanaryRunner:
         # cost ~40 KiB of native memory each that the allocator did not give back (RSS grew ~4 MiB per 100 runs).
         if self._http is None:
             self._http = CompletionClient(self.base_url, self.cfg.timeout, on_request=self.metrics.requests.inc,
-                                          on_usage=self.metrics.count_usage, transport=self.transport)
+                                          on_usage=self.metrics.count_usage, transport=self.transport,
+                                          on_abandon=self.metrics.abandoned.inc)
         return self._http
 
     def close(self) -> None:
