@@ -77,3 +77,10 @@ def refusals(values: dict[str, Any]) -> list[str]:
     err = render_error(values)
     assert "the chart refuses these values" in err, err
     return [line[4:] for line in err.splitlines() if line.startswith("  - ")]
+
+
+def notes(values: dict[str, Any] | None = None) -> str:
+    """NOTES.txt as `helm install --dry-run=client` prints it (no cluster needed)."""
+    proc = helm("install", "rel", str(CHART), "-n", "llm", "--dry-run=client", *set_args(values or {}))
+    assert "NOTES:" in proc.stdout, proc.stdout[-2000:]
+    return proc.stdout.split("NOTES:", 1)[1]

@@ -20,7 +20,18 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import CHART, ROOT, arg_value, container, effective, pod_spec, refusals, render, render_error  # noqa: E402
+from helm_chart import (  # noqa: E402
+    CHART,
+    ROOT,
+    arg_value,
+    container,
+    effective,
+    notes,
+    pod_spec,
+    refusals,
+    render,
+    render_error,
+)
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -354,6 +365,8 @@ def test_issue_bypass_empty_splitting_ops_is_full_on_010(release: str, message: 
     assert (eff["requestedMode"], eff["configMode"], eff["mode"]) == ("PIECEWISE", "FULL", "FULL")
     side = container(pod_spec(render({**values, "vllm.patched": True})), "health")
     assert arg_value(side["args"], "--requested-mode") == "FULL"
+    want = f"Requested cudagraph_mode: PIECEWISE; vLLM {eff['releasePatch']} will run FULL (splitting_ops=[]: "
+    assert want in notes({**values, "vllm.patched": True})
 
 
 @pytest.mark.parametrize("values", [
