@@ -1,9 +1,11 @@
 """Pristine file trees of real vLLM releases, fetched from PyPI once and cached.
 
 `release_tree("0.10.2")` returns `<cache>/0.10.2/tree/`, a minimal unpacked-wheel root holding only the files
-the patch tool and the image tests read (dist-info METADATA/RECORD, the version module, the AITER FA
-backend and `backends/utils.py`). The wheel itself (~400 MB) is deleted after extraction. The cache lives in
-`.work/cache/vllm-releases/` (git-ignored) unless `VLLM_RELEASES_CACHE` says otherwise.
+the patch tool, the image tests and the chart's flag tests read (dist-info METADATA/RECORD, the version module,
+the AITER FA backend and `backends/utils.py`, the argument parser, config and env modules). The wheel itself
+(~400 MB) is deleted after extraction. The cache lives in `.work/cache/vllm-releases/` (git-ignored) unless
+`VLLM_RELEASES_CACHE` says otherwise. A tree records which files were wanted when it was made; a tree made for
+a shorter WANTED_FILES is fetched again.
 
 Safe against concurrent and interrupted runs: one `flock` per version serialises fetchers, extraction goes to
 a temporary directory that is renamed into place only when complete, and a finished tree has a marker file.
@@ -13,6 +15,7 @@ Callers must treat the tree as read-only and copy it (see `copy_release_tree`) b
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import hashlib
 import logging
 import os
@@ -33,6 +36,11 @@ DEFAULT_CACHE = REPO_ROOT / ".work" / "cache" / "vllm-releases"
 # Releases the patch series supports, and releases it deliberately does not know (for the "unknown" tests).
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.10.1.1", "0.10.2", "0.11.0", "0.33.0")
 UNKNOWN_VERSIONS: tuple[str, ...] = ("0.14.0", "0.20.0")
+# Releases whose own argument parser, envs.py and config the chart's guard tests read (tests/charts/test_guard.py):
+# 0.10.0 (no cudagraph_mode yet), the ones above, 0.30.0 (a new rule for piecewise modes without VLLM_COMPILE)
+# and the newest release when the list was made, 0.34.0.
+GUARD_RELEASES: tuple[str, ...] = ("0.10.0", "0.10.1.1", "0.10.2", "0.11.0", "0.14.0", "0.20.0", "0.30.0", "0.33.0",
+                                   "0.34.0")
 
 # Paths inside the wheel, relative to its root. Missing ones are fine (e.g. `_version.py` vs `version.py`).
 WANTED_FILES: tuple[str, ...] = (
@@ -41,8 +49,26 @@ WANTED_FILES: tuple[str, ...] = (
     "vllm/version.py",
     "vllm/v1/attention/backends/rocm_aiter_fa.py",
     "vllm/v1/attention/backends/utils.py",
+    # What `vllm serve` reads to build its configuration (tests/support/vllm_release_facts.py, for the chart's
+    # guard): the engine flags, FlexibleArgumentParser (utils/argparse_utils.py from 0.12, utils/__init__.py before),
+    # the `serve` sub-command, the compilation config and VllmConfig (one config.py in 0.10.0, config/__init__.py up
+    # to 0.11, config/vllm.py from 0.12), env vars, and the ROCm attention-backend selection with its AITER switches.
+    "vllm/engine/arg_utils.py",
+    "vllm/utils/__init__.py",
+    "vllm/utils/argparse_utils.py",
+    "vllm/entrypoints/cli/serve.py",
+    "vllm/config.py",
+    "vllm/config/__init__.py",
+    "vllm/config/compilation.py",
+    "vllm/config/vllm.py",
+    "vllm/envs.py",
+    "vllm/platforms/rocm.py",
+    "vllm/_aiter_ops.py",
 )
+# The front-end flags move between releases (openai/, launchers/, common/): every `cli_args.py` under entrypoints/.
+WANTED_PATTERNS: tuple[str, ...] = ("vllm/entrypoints/*cli_args.py",)
 _COMPLETE_MARKER = ".complete"
+_WANTED_MARKER = ".wanted"  # the WANTED_FILES a tree was extracted for
 AITER_FA = "vllm/v1/attention/backends/rocm_aiter_fa.py"  # the file the patch series changes
 
 
@@ -51,7 +77,7 @@ def cache_dir() -> Path:
 
 
 def _wanted(name: str, version: str) -> bool:
-    if name in WANTED_FILES:
+    if name in WANTED_FILES or any(fnmatch.fnmatchcase(name, pat) for pat in WANTED_PATTERNS):
         return True
     dist_info = f"vllm-{version}.dist-info/"
     return name in (dist_info + "METADATA", dist_info + "RECORD", dist_info + "WHEEL")
@@ -106,14 +132,22 @@ def _extract(wheel: Path, version: str, into: Path) -> list[str]:
     return extracted
 
 
+def _current(tree: Path) -> bool:
+    """A finished tree extracted for (at least) today's WANTED_FILES."""
+    marker = tree / _WANTED_MARKER
+    if not (tree / _COMPLETE_MARKER).is_file() or not marker.is_file():
+        return False
+    return {*WANTED_FILES, *WANTED_PATTERNS} <= set(marker.read_text().split())
+
+
 def release_tree(version: str) -> Path:
     """Return the pristine minimal tree of vLLM `version`, fetching it from PyPI on first use."""
     base = cache_dir() / version
     tree = base / "tree"
-    if (tree / _COMPLETE_MARKER).is_file():
+    if _current(tree):
         return tree
     with _locked(cache_dir() / f"{version}.lock"):
-        if (tree / _COMPLETE_MARKER).is_file():  # another process finished while we waited
+        if _current(tree):  # another process finished while we waited
             return tree
         base.mkdir(parents=True, exist_ok=True)
         if tree.exists():  # a partial tree from an interrupted run: never trust it
@@ -126,6 +160,7 @@ def release_tree(version: str) -> Path:
             wheel.unlink()  # the wheel is ~400 MB; only the extracted files are kept
             if f"vllm-{version}.dist-info/METADATA" not in names:
                 raise RuntimeError(f"{wheel.name} has no vllm-{version}.dist-info/METADATA")
+            (staging / _WANTED_MARKER).write_text("\n".join(sorted({*WANTED_FILES, *WANTED_PATTERNS})) + "\n")
             (staging / _COMPLETE_MARKER).write_text("\n".join(sorted(names)) + "\n")
             os.replace(staging, tree)
         log.info("vllm %s tree ready at %s", version, tree)
@@ -134,7 +169,7 @@ def release_tree(version: str) -> Path:
 
 def copy_release_tree(version: str, dest: Path) -> Path:
     """Copy the pristine tree of `version` to `dest` (which must not exist) and return `dest`."""
-    shutil.copytree(release_tree(version), dest, ignore=shutil.ignore_patterns(_COMPLETE_MARKER))
+    shutil.copytree(release_tree(version), dest, ignore=shutil.ignore_patterns(_COMPLETE_MARKER, _WANTED_MARKER))
     return dest
 
 
@@ -150,5 +185,5 @@ def tree_snapshot(root: Path) -> dict[str, tuple[str, int]]:
 
 if __name__ == "__main__":  # `python tests/support/vllm_releases.py 0.10.2 ...` warms the cache
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    for v in sys.argv[1:] or [*SUPPORTED_VERSIONS, *UNKNOWN_VERSIONS]:
+    for v in sys.argv[1:] or sorted({*SUPPORTED_VERSIONS, *UNKNOWN_VERSIONS, *GUARD_RELEASES}):
         print(v, release_tree(v))
