@@ -1,8 +1,8 @@
 """Pristine file trees of real vLLM releases, fetched from PyPI once and cached.
 
-`release_tree("0.10.2")` returns `<cache>/0.10.2/tree/`, a minimal unpacked-wheel root holding only the files
-the patch tool and the image tests read (dist-info METADATA/RECORD, the version module, the AITER FA
-backend and `backends/utils.py`). The wheel itself (~400 MB) is deleted after extraction. The cache lives in
+`release_tree("0.10.2")` returns `<cache>/0.10.2/tree-<hash of the file list>/`, a minimal unpacked-wheel root
+holding only the files the patch tool and the image tests read (dist-info METADATA/RECORD, the version module and
+every file a patch of the series touches). The wheel itself (~400 MB) is deleted after extraction. The cache lives in
 `.work/cache/vllm-releases/` (git-ignored) unless `VLLM_RELEASES_CACHE` says otherwise.
 
 Safe against concurrent and interrupted runs: one `flock` per version serialises fetchers, extraction goes to
@@ -41,6 +41,9 @@ WANTED_FILES: tuple[str, ...] = (
     "vllm/version.py",
     "vllm/v1/attention/backends/rocm_aiter_fa.py",
     "vllm/v1/attention/backends/utils.py",
+    "vllm/v1/attention/backends/triton_attn.py",
+    "vllm/attention/layer.py",
+    "vllm/model_executor/layers/quantization/kv_cache.py",
 )
 _COMPLETE_MARKER = ".complete"
 AITER_FA = "vllm/v1/attention/backends/rocm_aiter_fa.py"  # the file the patch series changes
@@ -106,10 +109,16 @@ def _extract(wheel: Path, version: str, into: Path) -> list[str]:
     return extracted
 
 
+def _tree_name() -> str:
+    """The tree directory is named for the file list: a cache filled with another list is never taken for this one
+    (helpers with different lists can share one cache)."""
+    return "tree-" + hashlib.sha256("\n".join(sorted(WANTED_FILES)).encode()).hexdigest()[:12]
+
+
 def release_tree(version: str) -> Path:
     """Return the pristine minimal tree of vLLM `version`, fetching it from PyPI on first use."""
     base = cache_dir() / version
-    tree = base / "tree"
+    tree = base / _tree_name()
     if (tree / _COMPLETE_MARKER).is_file():
         return tree
     with _locked(cache_dir() / f"{version}.lock"):

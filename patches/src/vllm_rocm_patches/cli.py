@@ -9,16 +9,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__, engine, series, target
-from .errors import EXIT_OK, PatchToolError, TargetNotFound, UsageError
+from . import __version__, engine, known_issues, series, target
+from .errors import EXIT_OK, PatchToolError, SeriesError, TargetNotFound, UsageError
 
 log = logging.getLogger("vllm_rocm_patches")
 
 DESCRIPTION = """\
 Apply the vLLM ROCm patch series to an installed vLLM, exactly and atomically.
 
-The series (one directory per supported vLLM release under patches/) fixes the CUDA-graph support the
-AITER FlashAttention backend declares (vllm#25104). vLLM is located without importing it: give a
+The series (one directory per supported vLLM release under patches/) backports small upstream fixes of
+known CUDA-graph and ROCm correctness issues (known-issues/known-issues.json says which patch fixes which
+issue). `status` also lists every known issue of the target's release: fixed by the series, fixed upstream,
+or unmitigated (with what to do instead). vLLM is located without importing it: give a
 site-packages directory (or an unpacked wheel root) as TARGET, or --python PYEXE to use the directory
 that interpreter would import vllm from. The release is read from the vllm dist-info METADATA and
 vllm/_version.py, and every target file must have the sha256 recorded for that release before anything
@@ -30,7 +32,9 @@ vllm-*.dist-info/), as a source-build Dockerfile patches before building; name i
 --release X.Y.Z (it must agree with PKG-INFO / vllm/_version.py when those give a final release).
 
 commands:
-  status TARGET [--json]             per patch: applicable / applied / fixed upstream / not needed / conflict
+  status TARGET [--json]             per patch: applicable / applied / fixed upstream / not needed / conflict;
+                                     per known issue of the release: fixed by the series / fixed upstream /
+                                     unmitigated
   apply  TARGET [--report F] [--dry-run]
                                      apply what is applicable (no fuzz; all files or none; idempotent)
   verify TARGET [--report F]         check the post-conditions on disk (parsed with ast) and the RECORD
@@ -73,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help=f"the series directory (default: this repository's patches/; env {series.ENV_SERIES_DIR})",
+    )
+    parser.add_argument(
+        "--known-issues",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"the known-issues data (default: known-issues/known-issues.json next to the series dir; env"
+        f" {known_issues.ENV_DATA})",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
@@ -117,8 +129,42 @@ def _human(rep: engine.Report) -> str:
             lines.append(f"      {mark} {c.description} (found {c.found})")
     for note in rep.record_notes:
         lines.append(f"  {note}")
+    lines.extend(_known_issue_lines(rep))
     lines.append(rep.summary or ("ok" if rep.exit_code == EXIT_OK else "failed"))
     return "\n".join(lines)
+
+
+_KI_ORDER = {"unmitigated": 0, "fixed-by-series": 1, "fixed-upstream": 2}
+
+
+def _known_issue_lines(rep: engine.Report) -> list[str]:
+    rows = sorted((k for k in rep.known_issues if k["state"] != "not-affected"), key=lambda k: _KI_ORDER[k["state"]])
+    if not rep.known_issues:
+        return []
+    lines = [f"  known issues of vLLM {rep.target.release} ({rep.known_issues_source}):"]
+    for k in rows:
+        tag = k["symptom"] + ("" if k["verified"] else ", unverified")
+        if k["state"] == "fixed-by-series":
+            what = f"fixed by the series: {k['patch'].split('/', 1)[1]} ({k['patch_state'].replace('-', ' ')})"
+        elif k["state"] == "fixed-upstream":
+            what = f"fixed upstream in {k['first_release']}"
+        else:
+            what = f"UNMITIGATED when {k['conditions']}. {k['advice']}"
+        lines.append(f"    {k['id']} [{tag}]: {what}")
+    rest = len(rep.known_issues) - len(rows)
+    if rest:
+        lines.append(f"    ({rest} more do not affect vLLM {rep.target.release})")
+    return lines
+
+
+def _attach_known_issues(rep: engine.Report, path: Path | None, series_dir: Path) -> None:
+    """Judge the known-issues data for the target's release (the series' patch states mitigate)."""
+    try:
+        data = known_issues.load(path, series_dir)
+        rep.known_issues = known_issues.release_report(data, rep.target.version, rep.patch_states())
+    except known_issues.KnownIssuesError as exc:
+        raise SeriesError(str(exc)) from None
+    rep.known_issues_source = str(data.path)
 
 
 def _list(sset: series.SeriesSet) -> str:
@@ -151,6 +197,10 @@ def _write_report(path: Path | None, data: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     sset = series.load(args.series_dir or series.default_series_dir())
+    if args.known_issues is None:
+        known_issues.load(None, sset.root)  # fail before touching anything when the data is missing or broken
+    else:
+        known_issues.load(args.known_issues)
     if args.command == "list":
         print(_list(sset))
         return EXIT_OK
@@ -173,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         rep = engine.verify(sset, tgt)
     else:
         rep = engine.revert(sset, tgt)
+    _attach_known_issues(rep, args.known_issues, sset.root)
     data = rep.to_json()
     _write_report(getattr(args, "report", None), data)
     if getattr(args, "json", False):
