@@ -73,7 +73,7 @@ def test_unwritable_log_file_fails_fast(tmp_path: Path) -> None:
 def test_image_writes_the_facts_line_before_vllm(tmp_path: Path) -> None:
     """In the image (a versions file exists) the entrypoint prints the facts vLLM never logs, ahead of vLLM's
     output: the applied patch ids, the issues they fix, the ROCm version, the VLLM_ROCM_* switches. The
-    sidecar's parser reads exactly this line (tests/health/test_known_issues.py)."""
+    sidecar's parser reads exactly this line (tests/health/test_sidecar_known_issues.py)."""
     import json
 
     fake_vllm(tmp_path, 0)
