@@ -15,7 +15,8 @@ class Follower:
         self.stop = threading.Event()
         self.q: queue.Queue[str] = queue.Queue()
         self.up: list[bool] = []
-        gen = follow_file(str(path), self.stop, poll=0.02, from_start=from_start, on_up=self.up.append)
+        gen = follow_file(str(path), self.stop, poll=0.02, from_start=from_start,
+                          on_up=lambda up, _why: self.up.append(up))
         self.t = threading.Thread(target=lambda: [self.q.put(x) for x in gen], daemon=True)
         self.t.start()
 
@@ -99,6 +100,6 @@ def test_retrying_survives_a_source_that_raises() -> None:
             raise ConnectionError("API went away")  # failure injection: the stream breaks mid-way
         stop.set()
 
-    got = list(retrying(make, stop, ups.append, backoff=0.01))
+    got = list(retrying(make, stop, lambda up, _why: ups.append(up), backoff=0.01))
     assert got == ["line 1", "line 2", "line 3"]
     assert ups.count(False) >= 2

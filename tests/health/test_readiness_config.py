@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 from vllm_rocm_health import config as cfgmod
-from vllm_rocm_health.readiness import decide
+from vllm_rocm_health.readiness import REASONS, Inputs, decide
 from vllm_rocm_health.state import EngineState
 
 
@@ -29,13 +29,15 @@ def _engine(**kw) -> EngineState:
     (_engine(capture_finished=True, failures={"oom"}), True, (False, None), False, "failed: oom"),
 ])
 def test_readiness_rules(engine, healthy, canary, ready, why) -> None:
-    ok, reason = decide(engine, healthy, canary[0], canary[1], "score 0.2 < 0.8")
-    assert ok is ready and why in reason
+    v = decide(Inputs(engine, healthy, canary_enabled=canary[0], canary_passing=canary[1],
+                      canary_reason="score 0.2 < 0.8", canary_pass_age=1.0, canary_max_age=10.0))
+    assert v.ready is ready and why in v.message
+    assert v.code == "ok" if ready else v.code in REASONS
 
 
 def test_without_log_source_capture_is_not_gated() -> None:
-    assert decide(_engine(), True, False, None, "", capture_gate=False) == (True, "ok")
-    assert decide(_engine(), False, False, None, "", capture_gate=False)[0] is False
+    assert decide(Inputs(_engine(), True, capture_gate=False)).ready is True
+    assert decide(Inputs(_engine(), False, capture_gate=False)).ready is False
 
 
 def _parse(argv: list[str], env: dict[str, str]) -> cfgmod.SidecarConfig:

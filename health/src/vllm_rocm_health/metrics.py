@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .known_issues import KnownIssueJudge
+from .readiness import REASONS
 from .state import LogState
+from .workers import WorkerStatus
 
 # Exactly the label values of docs/contracts.md (an unsupported-mode ValueError counts as `exception`).
 FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed")
@@ -25,9 +27,11 @@ class SidecarStatus:
         self.log = log_state
         self.log_lines = 0
         self.log_source_up = False
+        self.log_source_reason = "not connected yet"
         self.engine_start_time = 0.0
         self.ready = False
         self.ready_reason = "starting"
+        self.ready_code = "starting"
         self.server_healthy: bool | None = None
 
 
@@ -74,6 +78,12 @@ class CaptureCollector(Collector):
             yield g("vllm_engine_start_time_seconds", "Unix time the current engine instance started",
                     value=s.engine_start_time)
             yield g("vllm_sidecar_ready", "What /readyz answers (1 = 200)", value=int(s.ready))
+            why = g("vllm_sidecar_not_ready_reason",
+                    "1 for the rule that keeps /readyz at 503 (the first unmet one; /readyz has the details)",
+                    labels=["reason"])
+            for reason in REASONS:
+                why.add_metric([reason], int(not s.ready and s.ready_code == reason))
+            yield why
             yield CounterMetricFamily("vllm_sidecar_log_lines", "Log lines read", value=s.log_lines)
             yield g("vllm_sidecar_log_source_up", "1 while the log source is connected", value=int(s.log_source_up))
             yield from self._known_issues(s.log)
@@ -97,6 +107,24 @@ class CaptureCollector(Collector):
             possible.add_metric(lv, int(m is not None and m.status == "possible" and not m.mitigated))
         yield active
         yield possible
+
+
+class WorkerCollector(Collector):
+    """Whether each worker loop of the sidecar is alive and making progress, and how often it was restarted."""
+
+    def __init__(self, statuses: Callable[[], list[WorkerStatus]]) -> None:
+        self.statuses = statuses
+
+    def collect(self) -> Iterator:
+        up = GaugeMetricFamily("vllm_sidecar_worker_up", "1 while the worker loop is alive and making progress",
+                               labels=["worker"])
+        restarts = CounterMetricFamily("vllm_sidecar_worker_restarts", "Times the worker loop was restarted after "
+                                       "it died", labels=["worker"])
+        for w in self.statuses():
+            up.add_metric([w.name], int(w.up))
+            restarts.add_metric([w.name], w.restarts)
+        yield up
+        yield restarts
 
 
 def make_registry(status: SidecarStatus, judge: KnownIssueJudge | None = None) -> CollectorRegistry:

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from .client import CONNECTION, HTTP_STATUS, MALFORMED, TIMEOUT
+
+# Bounded label values of vllm_canary_errors_total (docs/contracts.md).
+ERROR_REASONS = (TIMEOUT, CONNECTION, HTTP_STATUS, MALFORMED, "baseline_mismatch", "internal")
+
 
 class CanaryMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -16,6 +21,8 @@ class CanaryMetrics:
                                registry=registry)
         self.passing = Gauge("vllm_canary_passing", "1 when the last canary run passed", registry=registry)
         self.runs = Counter("vllm_canary_runs", "Canary runs by outcome", ["outcome"], registry=registry)
+        self.errors = Counter("vllm_canary_errors", "Canary runs that ended in an error, by what went wrong",
+                              ["reason"], registry=registry)
         self.last_success = Gauge("vllm_canary_last_success_timestamp_seconds",
                                   "Unix time of the last passing canary run", registry=registry)
         self.interval = Gauge("vllm_canary_interval_seconds", "Configured seconds between canary runs",
@@ -28,6 +35,8 @@ class CanaryMetrics:
             self.runs.labels(outcome)
         for kind in ("prompt", "completion"):
             self.tokens.labels(kind)
+        for reason in ERROR_REASONS:
+            self.errors.labels(reason)
 
     def count_usage(self, prompt: int, completion: int) -> None:
         self.tokens.labels("prompt").inc(prompt)
