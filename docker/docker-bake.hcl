@@ -33,7 +33,7 @@ target "_common" {
   }
 }
 
-# vLLM 0.10.1.1: source build, series vllm-0.10.1.1 (p1)
+# vLLM 0.10.1.1: source build, series vllm-0.10.1.1 (p3)
 target "vllm-rocm-0_10_1_1" {
   inherits   = ["_common"]
   dockerfile = "docker/vllm-rocm/Dockerfile.source"
@@ -42,14 +42,15 @@ target "vllm-rocm-0_10_1_1" {
     BASE_DIGEST         = "sha256:1113268572e26d59b205792047bea0e61e018e79aeadceba118b7bf23cb3715c"
     VLLM_REF            = "0.10.1.1"
     VLLM_SDIST_SHA256   = "3099824ee4bdaa14c4c4f7178a092101a0ec206d4c9371edf295849b2b730a39"
-    PATCH_LEVEL         = "1"
+    PATCH_LEVEL         = "3"
     PATCH_SERIES        = "vllm-0.10.1.1"
-    PATCH_SERIES_SHA256 = "67a83d253d92ebe705eb13d1c8f2e7ae36185887a2f96d78ff31a110ca785f91"
+    PATCH_SERIES_SHA256 = "2c8daa3d40e0031fbba21427595be000ab709df4c6958f844a9f1b711df0c32a"
+    FIXES_ISSUES        = "aiter-fa-cudagraph-dead-flag,aiter-fa-fp8-kv-cache-fnuz-view,triton-attn-fp8-kv-q-scale-capture"
   }
-  tags = ["${REGISTRY}vllm-rocm:0.10.1.1-p1"]
+  tags = ["${REGISTRY}vllm-rocm:0.10.1.1-p3"]
 }
 
-# vLLM 0.10.2: prebuilt build, series vllm-0.10.2 (p1)
+# vLLM 0.10.2: prebuilt build, series vllm-0.10.2 (p3)
 target "vllm-rocm-0_10_2" {
   inherits   = ["_common"]
   dockerfile = "docker/vllm-rocm/Dockerfile"
@@ -57,11 +58,12 @@ target "vllm-rocm-0_10_2" {
     BASE_IMAGE          = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
     BASE_DIGEST         = "sha256:94fd001964e1cf55c3224a445b1fb5be31a7dac302315255db8422d813edd7f5"
     VLLM_RELEASE        = "0.10.2"
-    PATCH_LEVEL         = "1"
+    PATCH_LEVEL         = "3"
     PATCH_SERIES        = "vllm-0.10.2"
-    PATCH_SERIES_SHA256 = "d6ad201ded5b69f4f9e51670302ceb29ff6a462f9a854f43dec21288a9ad8011"
+    PATCH_SERIES_SHA256 = "3ad6b39ccfdcdbaa5b423390a92de0fc1cc47e40268bb83c882142a3d0828916"
+    FIXES_ISSUES        = "aiter-fa-full-cudagraph-always,aiter-fa-spec-decode-full-decode-graphs,aiter-fa-fp8-kv-cache-fnuz-view,triton-attn-fp8-kv-q-scale-capture"
   }
-  tags = ["${REGISTRY}vllm-rocm:0.10.2-p1"]
+  tags = ["${REGISTRY}vllm-rocm:0.10.2-p3"]
 }
 
 # vLLM 0.11.0: source build, series vllm-0.11.0 (p0)
@@ -75,7 +77,8 @@ target "vllm-rocm-0_11_0" {
     VLLM_SDIST_SHA256   = "f435a64c24e9c4178d657a76f8edd8548ddc444012f7d06a9f79ac3a6392bfae"
     PATCH_LEVEL         = "0"
     PATCH_SERIES        = "vllm-0.11.0"
-    PATCH_SERIES_SHA256 = "730d062626951217e9e6be47759ca122f30cdbaee6d3a0f9fa23e08a3ae9990c"
+    PATCH_SERIES_SHA256 = "8f9140d93871bff1a1cd22be6cec512fdab217794c83d3cef759b533efcdbaac"
+    FIXES_ISSUES        = ""
   }
   tags = ["${REGISTRY}vllm-rocm:0.11.0-p0"]
 }
@@ -90,7 +93,8 @@ target "vllm-rocm-0_33_0" {
     VLLM_RELEASE        = "0.33.0"
     PATCH_LEVEL         = "0"
     PATCH_SERIES        = "vllm-0.33.0"
-    PATCH_SERIES_SHA256 = "37d664e1228b2496c909121b052c3fc517f7064e725d777824840bb48acadf06"
+    PATCH_SERIES_SHA256 = "217258dc4d97ea78d474d4f5cec68b0d64937e084f81781d29f49e0345165a03"
+    FIXES_ISSUES        = ""
   }
   tags = ["${REGISTRY}vllm-rocm:0.33.0-p0"]
 }

@@ -1,11 +1,11 @@
 """Pristine file trees of real vLLM releases, fetched from PyPI once and cached.
 
-`release_tree("0.10.2")` returns `<cache>/0.10.2/tree/`, a minimal unpacked-wheel root holding only the files
-the patch tool, the image tests and the chart's flag tests read (dist-info METADATA/RECORD, the version module,
-the AITER FA backend and `backends/utils.py`, the argument parser, config and env modules). The wheel itself
-(~400 MB) is deleted after extraction. The cache lives in `.work/cache/vllm-releases/` (git-ignored) unless
-`VLLM_RELEASES_CACHE` says otherwise. A tree records which files were wanted when it was made; a tree made for
-a shorter WANTED_FILES is fetched again.
+`release_tree("0.10.2")` returns `<cache>/0.10.2/tree-<hash of the file list>/`, a minimal unpacked-wheel root
+holding only the files the patch tool, the image tests and the chart's flag tests read (dist-info METADATA/RECORD,
+the version module, every file a patch of the series touches, the argument parser, config and env modules). The
+wheel itself (~400 MB) is deleted after extraction. The cache lives in `.work/cache/vllm-releases/` (git-ignored)
+unless `VLLM_RELEASES_CACHE` says otherwise. The tree is named for the file list, so a tree made for another list
+is never taken for this one.
 
 Safe against concurrent and interrupted runs: one `flock` per version serialises fetchers, extraction goes to
 a temporary directory that is renamed into place only when complete, and a finished tree has a marker file.
@@ -64,11 +64,13 @@ WANTED_FILES: tuple[str, ...] = (
     "vllm/envs.py",
     "vllm/platforms/rocm.py",
     "vllm/_aiter_ops.py",
+    "vllm/v1/attention/backends/triton_attn.py",
+    "vllm/attention/layer.py",
+    "vllm/model_executor/layers/quantization/kv_cache.py",
 )
 # The front-end flags move between releases (openai/, launchers/, common/): every `cli_args.py` under entrypoints/.
 WANTED_PATTERNS: tuple[str, ...] = ("vllm/entrypoints/*cli_args.py",)
 _COMPLETE_MARKER = ".complete"
-_WANTED_MARKER = ".wanted"  # the WANTED_FILES a tree was extracted for
 AITER_FA = "vllm/v1/attention/backends/rocm_aiter_fa.py"  # the file the patch series changes
 
 
@@ -132,22 +134,21 @@ def _extract(wheel: Path, version: str, into: Path) -> list[str]:
     return extracted
 
 
-def _current(tree: Path) -> bool:
-    """A finished tree extracted for (at least) today's WANTED_FILES."""
-    marker = tree / _WANTED_MARKER
-    if not (tree / _COMPLETE_MARKER).is_file() or not marker.is_file():
-        return False
-    return {*WANTED_FILES, *WANTED_PATTERNS} <= set(marker.read_text().split())
+def _tree_name() -> str:
+    """The tree directory is named for the file list: a cache filled with another list is never taken for this one
+    (checkouts with different lists can share one cache)."""
+    wanted = "\n".join(sorted({*WANTED_FILES, *WANTED_PATTERNS}))
+    return "tree-" + hashlib.sha256(wanted.encode()).hexdigest()[:12]
 
 
 def release_tree(version: str) -> Path:
     """Return the pristine minimal tree of vLLM `version`, fetching it from PyPI on first use."""
     base = cache_dir() / version
-    tree = base / "tree"
-    if _current(tree):
+    tree = base / _tree_name()
+    if (tree / _COMPLETE_MARKER).is_file():
         return tree
     with _locked(cache_dir() / f"{version}.lock"):
-        if _current(tree):  # another process finished while we waited
+        if (tree / _COMPLETE_MARKER).is_file():  # another process finished while we waited
             return tree
         base.mkdir(parents=True, exist_ok=True)
         if tree.exists():  # a partial tree from an interrupted run: never trust it
@@ -160,7 +161,6 @@ def release_tree(version: str) -> Path:
             wheel.unlink()  # the wheel is ~400 MB; only the extracted files are kept
             if f"vllm-{version}.dist-info/METADATA" not in names:
                 raise RuntimeError(f"{wheel.name} has no vllm-{version}.dist-info/METADATA")
-            (staging / _WANTED_MARKER).write_text("\n".join(sorted({*WANTED_FILES, *WANTED_PATTERNS})) + "\n")
             (staging / _COMPLETE_MARKER).write_text("\n".join(sorted(names)) + "\n")
             os.replace(staging, tree)
         log.info("vllm %s tree ready at %s", version, tree)
@@ -169,7 +169,7 @@ def release_tree(version: str) -> Path:
 
 def copy_release_tree(version: str, dest: Path) -> Path:
     """Copy the pristine tree of `version` to `dest` (which must not exist) and return `dest`."""
-    shutil.copytree(release_tree(version), dest, ignore=shutil.ignore_patterns(_COMPLETE_MARKER, _WANTED_MARKER))
+    shutil.copytree(release_tree(version), dest, ignore=shutil.ignore_patterns(_COMPLETE_MARKER))
     return dest
 
 

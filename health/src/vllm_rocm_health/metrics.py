@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .known_issues import KnownIssueJudge
 from .readiness import REASONS
 from .state import LogState
 from .workers import WorkerStatus
@@ -35,8 +36,9 @@ class SidecarStatus:
 
 
 class CaptureCollector(Collector):
-    def __init__(self, status: SidecarStatus) -> None:
+    def __init__(self, status: SidecarStatus, judge: KnownIssueJudge | None = None) -> None:
         self.status = status
+        self.judge = judge if judge is not None else KnownIssueJudge()
 
     def collect(self) -> Iterator:
         s = self.status
@@ -84,6 +86,27 @@ class CaptureCollector(Collector):
             yield why
             yield CounterMetricFamily("vllm_sidecar_log_lines", "Log lines read", value=s.log_lines)
             yield g("vllm_sidecar_log_source_up", "1 while the log source is connected", value=int(s.log_source_up))
+            yield from self._known_issues(s.log)
+
+    def _known_issues(self, state: LogState) -> Iterator:
+        """One series per known issue (0 or 1), so an alert sees a row go active rather than appear."""
+        g = GaugeMetricFamily
+        verdict = self.judge.judge(state)
+        yield g("vllm_known_issues_evaluated", "1 when the known-issues data was judged against this engine",
+                value=int(verdict.ok))
+        labels = ["id", "symptom", "verified"]
+        active = g("vllm_known_issue_active", "1 when a known issue applies to this engine (every condition seen in"
+                   " its log or deployment) and no applied patch mitigates it", labels=labels)
+        possible = g("vllm_known_issue_possible", "1 when a known issue may apply: no known fact contradicts it,"
+                     " but some condition could not be seen", labels=labels)
+        by_id = {m.issue.id: m for m in verdict.matches}
+        for issue in self.judge.issues:
+            m = by_id.get(issue.id)
+            lv = [issue.id, issue.symptom, str(issue.verified).lower()]
+            active.add_metric(lv, int(m is not None and m.active))
+            possible.add_metric(lv, int(m is not None and m.status == "possible" and not m.mitigated))
+        yield active
+        yield possible
 
 
 class WorkerCollector(Collector):
@@ -104,7 +127,7 @@ class WorkerCollector(Collector):
         yield restarts
 
 
-def make_registry(status: SidecarStatus) -> CollectorRegistry:
+def make_registry(status: SidecarStatus, judge: KnownIssueJudge | None = None) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(CaptureCollector(status))
+    reg.register(CaptureCollector(status, judge))
     return reg
