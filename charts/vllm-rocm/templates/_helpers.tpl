@@ -267,6 +267,14 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{- end -}}
 {{- end -}}
 
+{{/* Optional sidecar settings (0 = the sidecar's default): value name -> flag of `vllm-rocm-health serve`. */}}
+{{- define "vllm-rocm.sidecarFlags" -}}
+canaryTimeout: --canary-timeout
+canaryMaxAgeIntervals: --canary-max-age-intervals
+canaryMaxTokens: --canary-max-tokens
+healthInterval: --health-interval
+{{- end -}}
+
 {{- define "vllm-rocm.sidecar" -}}
 - name: health
   image: {{ include "vllm-rocm.sidecarImage" . | quote }}
@@ -287,9 +295,12 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
     - {{ (include "vllm-rocm.effective" . | fromJson).configMode | quote }}
     - "--canary-interval"
     - {{ .Values.sidecar.canaryInterval | quote }}
-    {{- if gt (int .Values.sidecar.canaryMaxTokens) 0 }}
-    - "--canary-max-tokens"
-    - {{ .Values.sidecar.canaryMaxTokens | quote }}
+    {{- range $key, $flag := include "vllm-rocm.sidecarFlags" . | fromYaml }}
+    {{- $v := index $.Values.sidecar $key }}
+    {{- if gt (float64 $v) 0.0 }}
+    - {{ $flag | quote }}
+    - {{ $v | quote }}
+    {{- end }}
     {{- end }}
     {{- if include "vllm-rocm.canaryConfigMap" . }}
     - "--canary-baseline"
