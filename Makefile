@@ -29,8 +29,8 @@ test: setup-vllm ## Set up and run every test
 	  if [ $$rc = 5 ]; then echo "make test: pytest collected no tests: a broken test tree, not a pass" >&2; fi; \
 	  exit $$rc
 
-test-fast: setup ## Tests that need no vLLM server
-	@$(PY) -m pytest -m "not live" $(PYTEST_ARGS)
+test-fast: setup ## Tests that need neither a vLLM server nor the vLLM venv
+	@$(PY) -m pytest -m "not live and not vllm_venv" $(PYTEST_ARGS)
 
 lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Dockerfiles
 	@$(PY) -m pytest -q tests/test_lint.py $(wildcard tests/docker)

@@ -33,7 +33,7 @@ target "_common" {
   }
 }
 
-# vLLM 0.10.1.1: source build, series vllm-0.10.1.1 (p1)
+# vLLM 0.10.1.1: source build, series vllm-0.10.1.1 (p3)
 target "vllm-rocm-0_10_1_1" {
   inherits   = ["_common"]
   dockerfile = "docker/vllm-rocm/Dockerfile.source"
@@ -42,14 +42,15 @@ target "vllm-rocm-0_10_1_1" {
     BASE_DIGEST         = "sha256:1113268572e26d59b205792047bea0e61e018e79aeadceba118b7bf23cb3715c"
     VLLM_REF            = "0.10.1.1"
     VLLM_SDIST_SHA256   = "3099824ee4bdaa14c4c4f7178a092101a0ec206d4c9371edf295849b2b730a39"
-    PATCH_LEVEL         = "1"
+    PATCH_LEVEL         = "3"
     PATCH_SERIES        = "vllm-0.10.1.1"
-    PATCH_SERIES_SHA256 = "2736c92b15db58c706fd17d9eab52c2fc2fe99ddd4bf469cc727fb1a33e29c19"
+    PATCH_SERIES_SHA256 = "2fb899ee3adfc03d3b30f462e568ac21711f502cf46ddcebdd7805d9ea1cfa43"
+    FIXES_ISSUES        = "aiter-fa-cudagraph-dead-flag,aiter-fa-fp8-kv-cache-fnuz-view,triton-attn-fp8-kv-q-scale-capture"
   }
-  tags = ["${REGISTRY}vllm-rocm:0.10.1.1-p1"]
+  tags = ["${REGISTRY}vllm-rocm:0.10.1.1-p3"]
 }
 
-# vLLM 0.10.2: prebuilt build, series vllm-0.10.2 (p1)
+# vLLM 0.10.2: prebuilt build, series vllm-0.10.2 (p3)
 target "vllm-rocm-0_10_2" {
   inherits   = ["_common"]
   dockerfile = "docker/vllm-rocm/Dockerfile"
@@ -57,11 +58,12 @@ target "vllm-rocm-0_10_2" {
     BASE_IMAGE          = "rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006"
     BASE_DIGEST         = "sha256:94fd001964e1cf55c3224a445b1fb5be31a7dac302315255db8422d813edd7f5"
     VLLM_RELEASE        = "0.10.2"
-    PATCH_LEVEL         = "1"
+    PATCH_LEVEL         = "3"
     PATCH_SERIES        = "vllm-0.10.2"
-    PATCH_SERIES_SHA256 = "5c40a4762f2ad40c446c5c7d625d1dcd85d4c36888abbaa6b1031a32ff5863e0"
+    PATCH_SERIES_SHA256 = "ae003c2bb68f2cbf4ffbbc2de99168340765aea7af526bf7bc0c7140be285d02"
+    FIXES_ISSUES        = "aiter-fa-full-cudagraph-always,aiter-fa-spec-decode-full-decode-graphs,aiter-fa-fp8-kv-cache-fnuz-view,triton-attn-fp8-kv-q-scale-capture"
   }
-  tags = ["${REGISTRY}vllm-rocm:0.10.2-p1"]
+  tags = ["${REGISTRY}vllm-rocm:0.10.2-p3"]
 }
 
 # vLLM 0.11.0: source build, series vllm-0.11.0 (p0)
@@ -75,7 +77,8 @@ target "vllm-rocm-0_11_0" {
     VLLM_SDIST_SHA256   = "f435a64c24e9c4178d657a76f8edd8548ddc444012f7d06a9f79ac3a6392bfae"
     PATCH_LEVEL         = "0"
     PATCH_SERIES        = "vllm-0.11.0"
-    PATCH_SERIES_SHA256 = "324ed76cd9602100a6736e5bf6e843692e884d32142d4ad7a961c47758b0e4f9"
+    PATCH_SERIES_SHA256 = "84728f281b9051062b415554a0dcfa542762ee1799d7a418f636ce8f697714ae"
+    FIXES_ISSUES        = ""
   }
   tags = ["${REGISTRY}vllm-rocm:0.11.0-p0"]
 }
@@ -90,7 +93,8 @@ target "vllm-rocm-0_33_0" {
     VLLM_RELEASE        = "0.33.0"
     PATCH_LEVEL         = "0"
     PATCH_SERIES        = "vllm-0.33.0"
-    PATCH_SERIES_SHA256 = "db23fdf5f5425288a500c355edce8798e3848503a161b91e79a13d1e4f14ae22"
+    PATCH_SERIES_SHA256 = "812602500bbef640bb2238ac86dc27feab4df0b19ba69cb36d69ebaa48333637"
+    FIXES_ISSUES        = ""
   }
   tags = ["${REGISTRY}vllm-rocm:0.33.0-p0"]
 }

@@ -20,7 +20,7 @@ def _start(model: Path, name: str, tmp: Path) -> VllmServer:
         if not need.exists():
             pytest.skip(f"{need} is missing: run `make setup-vllm` (make test does it)")
     server = VllmServer(model, name, free_port(), tmp / f"{name}.log")
-    server.start(timeout=420)
+    server.start(timeout=600)  # ~25 s idle; several minutes on a loaded 2-core machine
     return server
 
 

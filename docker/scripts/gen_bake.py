@@ -1,9 +1,10 @@
 """Write docker/docker-bake.hcl from docker/releases.json and the patch series in patches/.
 
-The patch level (-pN of each tag) and the series sha256 (a label the build re-checks) are computed from
-patches/ with the patch tool's own loader, so they cannot drift from the series: after changing a series
-or the matrix run `python docker/scripts/gen_bake.py`; `--check` (run by tests/docker) fails when the
-committed bake file is stale. The output is plain HCL (no matrix, no functions) so any buildx reads it.
+The patch level (-pN of each tag), the series sha256 and the known-issue ids the series fixes (labels the build
+re-checks) are computed from patches/ and known-issues/ with the patch tool's own code, so they cannot drift
+from the series: after changing a series, the known issues or the matrix run `python docker/scripts/gen_bake.py`;
+`--check` (run by tests/docker) fails when the committed bake file is stale. The output is plain HCL (no matrix,
+no functions) so any buildx reads it.
 
 usage: python docker/scripts/gen_bake.py [--check] [--out FILE]
 """
@@ -22,7 +23,8 @@ import tomllib
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "patches" / "src"))
 
-from vllm_rocm_patches import series as patch_series  # noqa: E402  (needs the sys.path entry above)
+from vllm_rocm_patches import known_issues  # noqa: E402  (needs the sys.path entry above)
+from vllm_rocm_patches import series as patch_series  # noqa: E402
 
 log = logging.getLogger("gen_bake")
 
@@ -44,6 +46,7 @@ class ImageSpec:
     patch_level: int
     series_id: str
     series_sha256: str
+    fixes_issues: str  # comma-separated known-issue ids the series fixes (io.vllm-rocm.fixes-issues)
 
     @property
     def target(self) -> str:
@@ -58,6 +61,7 @@ def load_matrix(matrix: Path = MATRIX, series_dir: Path = REPO / "patches") -> t
     """The default release and one ImageSpec per release, with the patch data read from the series."""
     data = json.loads(matrix.read_text(encoding="utf-8"))
     sset = patch_series.load(series_dir)
+    issues = known_issues.load(None, series_dir)
     specs = []
     for row in data["releases"]:
         release = row["release"]
@@ -79,6 +83,9 @@ def load_matrix(matrix: Path = MATRIX, series_dir: Path = REPO / "patches") -> t
                 patch_level=sum(1 for e in rs.entries if e.state == "patch"),
                 series_id=rs.id,
                 series_sha256=rs.sha256,
+                fixes_issues=",".join(
+                    issues.fixed_by([f"{rs.id}/{e.patch_name}" for e in rs.entries if e.patch_name])
+                ),
             )
         )
     missing = sorted(set(sset.releases) - {s.release for s in specs})
@@ -156,6 +163,7 @@ def render(specs: list[ImageSpec], version: str) -> str:
             "PATCH_LEVEL": _q(str(s.patch_level)),
             "PATCH_SERIES": _q(s.series_id),
             "PATCH_SERIES_SHA256": _q(s.series_sha256),
+            "FIXES_ISSUES": _q(s.fixes_issues),
         }
         out += [
             "",

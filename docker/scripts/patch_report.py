@@ -6,13 +6,19 @@ patch_report.py expect STATUS_JSON [--release X] [--level N] [--sha256 HEX]
 patch_report.py finish APPLY_JSON VERIFY_JSON [--python PYEXE]
     drop .pyc files compiled from a file the apply changed (recompile with PYEXE when given) and print
     the `versions` file (key=value lines) on stdout; exit 1 unless the verify report is ok.
+patch_report.py facts VERSIONS_FILE
+    print the `vllm-rocm facts: {json}` line the image entrypoint writes into the log before vLLM starts:
+    the applied patch ids, the known-issue ids they fix, the ROCm version and the VLLM_ROCM_* environment,
+    which vLLM itself never logs and the health sidecar needs to judge the known issues.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +83,7 @@ def versions(rep: dict[str, Any], python: str | None) -> dict[str, str]:
             [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
         )
         py_version = proc.stdout.strip() or py_version
+    fixed = (rep.get("known_issues") or {}).get("fixed_by_applied_patches") or []
     return {
         "vllm_version": str(rel.get("version")),
         "vllm_release": str(rel.get("release")),
@@ -86,9 +93,45 @@ def versions(rep: dict[str, Any], python: str | None) -> dict[str, str]:
         "patch_level": str(len(ids)),
         "image_tag": f"{rel.get('release')}-p{len(ids)}",
         "patches": ",".join(ids),
+        "fixes_issues": ",".join(fixed),
         "states": ",".join(f"{e.get('fix')}:{e.get('state')}" for e in rep.get("entries", [])),
         "patch_tool": f"{rep.get('tool')} {rep.get('tool_version')}",
         "python": py_version,
+    }
+
+
+def read_versions(path: str) -> dict[str, str]:
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            key, sep, value = line.rstrip("\n").partition("=")
+            if sep:
+                out[key] = value
+    return out
+
+
+def rocm_version(info: str = "/opt/rocm/.info/version") -> str | None:
+    """X.Y.Z of the ROCm install (the file says e.g. `7.0.0-38`)."""
+    try:
+        with open(info, encoding="utf-8") as fh:
+            m = re.match(r"(\d+\.\d+(?:\.\d+)?)", fh.read().strip())
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
+def facts(versions_file: str, environ: dict[str, str] | None = None,
+          rocm_info: str = "/opt/rocm/.info/version") -> dict:
+    env = os.environ if environ is None else environ
+    v = read_versions(versions_file)
+    series = v.get("patch_series", "")
+    return {
+        "vllm_release": v.get("vllm_release"),
+        "patch_series": series,
+        "patches": [f"{series}/{p}" for p in v.get("patches", "").split(",") if p],
+        "fixes_issues": [i for i in v.get("fixes_issues", "").split(",") if i],
+        "rocm": rocm_version(rocm_info),
+        "env": {k: val for k, val in sorted(env.items()) if k.startswith("VLLM_ROCM_")},
     }
 
 
@@ -104,7 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("apply_json")
     p.add_argument("verify_json")
     p.add_argument("--python", default=None)
+    p = sub.add_parser("facts")
+    p.add_argument("versions_file")
     args = parser.parse_args(argv)
+    if args.cmd == "facts":
+        try:
+            print("vllm-rocm facts: " + json.dumps(facts(args.versions_file), sort_keys=True))
+        except OSError as exc:
+            print(f"patch_report: cannot read {args.versions_file}: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.cmd == "expect":
         errors = expectation_errors(_load(args.status_json), args.release, args.level, args.sha256)
         for err in errors:

@@ -14,4 +14,12 @@ if [[ -n ${VLLM_LOG_FILE:-} ]]; then
 	}
 	exec > >(tee -a "$VLLM_LOG_FILE") 2>&1
 fi
+# The facts vLLM never logs (applied patches and the known issues they fix, ROCm version, VLLM_ROCM_* switches),
+# as one line ahead of vLLM's own: the health sidecar judges known-issues/known-issues.json with them.
+# Only in the image (its build wrote the versions file); a failure here never keeps vLLM from starting.
+versions_file=${VLLM_IMAGE_VERSIONS_FILE:-/opt/vllm-rocm/versions}
+if [[ -f $versions_file ]]; then
+	"${VLLM_PYTHON:-python3}" "$(dirname "${BASH_SOURCE[0]}")/patch_report.py" facts "$versions_file" ||
+		echo "vllm-serve: could not write the facts line from $versions_file" >&2
+fi
 exec "${VLLM_BIN:-vllm}" serve "$@"

@@ -77,10 +77,15 @@ def test_applies_verifies_and_records(version: str, release_copy: Callable[[str]
     assert versions["patch_series_sha256"] == spec.series_sha256
     assert versions["patch_series"] == f"vllm-{version}"
 
-    # on disk: a patched release has the patched bytes, a p0 release is untouched
-    entry = series_json(version)["entries"][0]
-    pins = entry["files"][AITER_FA]
-    assert sha256(tree / AITER_FA) == (pins["patched_sha256"] if entry["state"] == "patch" else pins["pristine_sha256"])
+    # on disk: a patched release has the bytes its last patch of the file leaves, a p0 release is untouched
+    entries = [e for e in series_json(version)["entries"] if AITER_FA in e["files"]]
+    pins = entries[-1]["files"][AITER_FA]
+    patched = entries[-1]["state"] == "patch"
+    assert sha256(tree / AITER_FA) == (pins["patched_sha256"] if patched else pins["pristine_sha256"])
+    # the stored report and the versions file name the known issues the applied series fixes
+    assert versions["fixes_issues"] == spec.fixes_issues
+    assert report["known_issues"]["fixed_by_applied_patches"] == [i for i in spec.fixes_issues.split(",") if i]
+    assert bool(spec.fixes_issues) == patched
 
     # idempotent: a second run (what the source build's runtime stage does) changes nothing and succeeds
     before = tree_snapshot(tree)
@@ -124,7 +129,7 @@ def test_unpatched_file_with_a_patched_release_fails_postcondition(
     ("flag", "value", "message"),
     [
         ("--expect-release", "0.11.0", "expected vLLM 0.11.0 but the tree is vLLM 0.10.2"),
-        ("--expect-patch-level", "0", "expected patch level p0 but series vllm-0.10.2 holds 1 patch(es)"),
+        ("--expect-patch-level", "0", "expected patch level p0 but series vllm-0.10.2 holds 3 patch(es)"),
         ("--expect-series-sha256", "0" * 64, "expected series sha256 " + "0" * 64),
     ],
 )
@@ -153,8 +158,8 @@ def test_source_tree_with_release(release_copy: Callable[[str], Path], tmp_path:
     res = run("--target", tree, "--release", "0.10.1.1", "--out-dir", tmp_path / "out", *expectations("0.10.1.1"))
     assert res.returncode == 0, res.stdout + res.stderr
     versions = read_versions(tmp_path / "out" / "versions")
-    assert versions["vllm_tree"] == "source" and versions["image_tag"] == "0.10.1.1-p1"
-    assert sha256(tree / AITER_FA) == series_json("0.10.1.1")["entries"][0]["files"][AITER_FA]["patched_sha256"]
+    assert versions["vllm_tree"] == "source" and versions["image_tag"] == "0.10.1.1-p3"
+    assert sha256(tree / AITER_FA) == series_json("0.10.1.1")["entries"][1]["files"][AITER_FA]["patched_sha256"]
 
 
 def test_source_tree_release_must_agree_with_pkg_info(release_copy: Callable[[str], Path], tmp_path: Path) -> None:
@@ -185,7 +190,7 @@ def test_installed_vllm_via_python(release_copy: Callable[[str], Path], tmp_path
     assert not stale.exists() and other.exists()
     assert list(cache.glob("rocm_aiter_fa.cpython-*.pyc")), "the patched file was not recompiled"
     assert read_versions(tmp_path / "out" / "versions")["vllm_tree"] == "installed"
-    assert sha256(site / AITER_FA) == series_json("0.10.2")["entries"][0]["files"][AITER_FA]["patched_sha256"]
+    assert sha256(site / AITER_FA) == series_json("0.10.2")["entries"][1]["files"][AITER_FA]["patched_sha256"]
 
 
 @pytest.mark.parametrize(

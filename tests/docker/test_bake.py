@@ -39,7 +39,7 @@ def test_bake_file_is_up_to_date() -> None:
 
 def test_check_detects_a_stale_file(tmp_path: Path) -> None:
     stale = tmp_path / "docker-bake.hcl"
-    stale.write_text(BAKE.read_text().replace("-p1", "-p9"))
+    stale.write_text(BAKE.read_text().replace("-p3", "-p9"))
     res = subprocess.run(
         [sys.executable, str(GEN), "--check", "--out", str(stale)], capture_output=True, text=True, timeout=60
     )

@@ -68,3 +68,35 @@ def test_unwritable_log_file_fails_fast(tmp_path: Path) -> None:
     res = run(tmp_path, {"VLLM_LOG_FILE": str(blocker / "vllm.log")}, "m")
     assert res.returncode != 0
     assert "out: serve" not in res.stdout
+
+
+def test_image_writes_the_facts_line_before_vllm(tmp_path: Path) -> None:
+    """In the image (a versions file exists) the entrypoint prints the facts vLLM never logs, ahead of vLLM's
+    output: the applied patch ids, the issues they fix, the ROCm version, the VLLM_ROCM_* switches. The
+    sidecar's parser reads exactly this line (tests/health/test_sidecar_known_issues.py)."""
+    import json
+
+    fake_vllm(tmp_path, 0)
+    versions = tmp_path / "versions"
+    versions.write_text("vllm_release=0.10.2\npatch_series=vllm-0.10.2\npatches=0001-a.patch,0002-b.patch\n"
+                        "fixes_issues=aiter-fa-full-cudagraph-always\n")
+    log = tmp_path / "vllm.log"
+    env = {"VLLM_IMAGE_VERSIONS_FILE": str(versions), "VLLM_LOG_FILE": str(log), "VLLM_ROCM_USE_AITER": "1",
+           "OTHER": "x"}
+    res = run(tmp_path, env, "m")
+    assert res.returncode == 0, res.stderr
+    first, second = res.stdout.splitlines()[:2]
+    assert first.startswith("vllm-rocm facts: ") and second == "out: serve m"
+    facts = json.loads(first.split(": ", 1)[1])
+    assert facts["patches"] == ["vllm-0.10.2/0001-a.patch", "vllm-0.10.2/0002-b.patch"]
+    assert facts["fixes_issues"] == ["aiter-fa-full-cudagraph-always"]
+    assert facts["env"] == {"VLLM_ROCM_USE_AITER": "1"}
+    assert first in wait_for(log, "out: serve m")  # in the log file the sidecar follows, too
+
+
+def test_a_broken_versions_file_never_keeps_vllm_from_starting(tmp_path: Path) -> None:
+    fake_vllm(tmp_path, 0)
+    versions = tmp_path / "versions"
+    versions.mkdir()  # unreadable as a file
+    res = run(tmp_path, {"VLLM_IMAGE_VERSIONS_FILE": str(versions)}, "m")
+    assert res.returncode == 0 and "out: serve m" in res.stdout

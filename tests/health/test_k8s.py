@@ -51,7 +51,8 @@ def test_resume_after_disconnect_without_double_counting() -> None:
     stop = threading.Event()
     got: list[str] = []
     ups: list[bool] = []
-    for line in logsource.retrying(lambda: follower.stream(stop), stop, ups.append, backoff=0.01):
+    for line in logsource.retrying(lambda: follower.stream(stop), stop, lambda up, _why: ups.append(up),
+                                    backoff=0.01):
         got.append(line)
         if len(got) == 10:
             stop.set()

@@ -5,9 +5,8 @@ import argparse
 
 import pytest
 from vllm_rocm_health import config as cfgmod
-from vllm_rocm_health.metrics import SidecarStatus, make_registry
-from vllm_rocm_health.readiness import REASON_CODES, decide, reason_code
-from vllm_rocm_health.state import EngineState, LogState
+from vllm_rocm_health.readiness import REASONS, Inputs, decide
+from vllm_rocm_health.state import EngineState
 
 
 def _engine(**kw) -> EngineState:
@@ -17,40 +16,28 @@ def _engine(**kw) -> EngineState:
     return e
 
 
-@pytest.mark.parametrize(("engine", "healthy", "canary", "ready", "why", "code"), [
-    (_engine(), True, (False, None), False, "capture not finished", "capture_not_finished"),
-    (_engine(capture_finished=True), True, (False, None), True, "ok", "ok"),
-    (_engine(eager=True), True, (False, None), True, "ok", "ok"),
-    (_engine(effective="NONE"), True, (False, None), True, "ok", "ok"),
-    (_engine(capture_finished=True), None, (False, None), False, "not polled", "health_not_polled"),
-    (_engine(capture_finished=True), False, (False, None), False, "/health is failing", "health_failing"),
-    (_engine(capture_finished=True), True, (True, None), False, "first canary", "canary_pending"),
-    (_engine(capture_finished=True), True, (True, False), False, "score 0.2 < 0.8", "canary_failed"),
-    (_engine(capture_finished=True), True, (True, True), True, "ok", "ok"),
-    (_engine(capture_finished=True, failures={"oom"}), True, (False, None), False, "failed: oom", "engine_failed"),
+@pytest.mark.parametrize(("engine", "healthy", "canary", "ready", "why"), [
+    (_engine(), True, (False, None), False, "capture not finished"),
+    (_engine(capture_finished=True), True, (False, None), True, "ok"),
+    (_engine(eager=True), True, (False, None), True, "ok"),
+    (_engine(effective="NONE"), True, (False, None), True, "ok"),
+    (_engine(capture_finished=True), None, (False, None), False, "not polled"),
+    (_engine(capture_finished=True), False, (False, None), False, "/health is failing"),
+    (_engine(capture_finished=True), True, (True, None), False, "first canary"),
+    (_engine(capture_finished=True), True, (True, False), False, "score 0.2 < 0.8"),
+    (_engine(capture_finished=True), True, (True, True), True, "ok"),
+    (_engine(capture_finished=True, failures={"oom"}), True, (False, None), False, "failed: oom"),
 ])
-def test_readiness_rules(engine, healthy, canary, ready, why, code) -> None:
-    ok, reason = decide(engine, healthy, canary[0], canary[1], "score 0.2 < 0.8")
-    assert ok is ready and why in reason
-    assert reason_code(reason) == code
-
-
-def test_every_reason_code_is_exported_once_with_the_current_one_set() -> None:
-    """vllm_sidecar_ready_reason: all codes present (a dashboard never sees a series vanish), exactly one is 1."""
-    status = SidecarStatus(LogState())
-    reg = make_registry(status)
-    assert status.ready_reason == "starting"
-    values = {c: reg.get_sample_value("vllm_sidecar_ready_reason", {"reason": c}) for c in REASON_CODES}
-    assert values == {c: float(c == "starting") for c in REASON_CODES}
-    status.ready, status.ready_reason = decide(_engine(capture_finished=True), False, False, None, "")
-    values = {c: reg.get_sample_value("vllm_sidecar_ready_reason", {"reason": c}) for c in REASON_CODES}
-    assert values == {c: float(c == "health_failing") for c in REASON_CODES}
-    assert reg.get_sample_value("vllm_sidecar_ready") == 0
+def test_readiness_rules(engine, healthy, canary, ready, why) -> None:
+    v = decide(Inputs(engine, healthy, canary_enabled=canary[0], canary_passing=canary[1],
+                      canary_reason="score 0.2 < 0.8", canary_pass_age=1.0, canary_max_age=10.0))
+    assert v.ready is ready and why in v.message
+    assert v.code == "ok" if ready else v.code in REASONS
 
 
 def test_without_log_source_capture_is_not_gated() -> None:
-    assert decide(_engine(), True, False, None, "", capture_gate=False) == (True, "ok")
-    assert decide(_engine(), False, False, None, "", capture_gate=False)[0] is False
+    assert decide(Inputs(_engine(), True, capture_gate=False)).ready is True
+    assert decide(Inputs(_engine(), False, capture_gate=False)).ready is False
 
 
 def _parse(argv: list[str], env: dict[str, str]) -> cfgmod.SidecarConfig:

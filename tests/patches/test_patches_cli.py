@@ -86,15 +86,22 @@ def test_apply_report_verify_revert_exit_codes(release_copy, tmp_path: Path) -> 
     report = tmp_path / "out" / "apply.json"
     r = run("apply", str(tree), "--report", str(report))
     assert r.returncode == 0, r.stderr
-    assert "applied 1 patch(es)" in r.stdout
+    assert "applied 3 patch(es)" in r.stdout
     data = json.loads(report.read_text())
     assert data["tool"] == "vllm-rocm-patches" and data["tool_version"]
     assert data["series"]["id"] == "vllm-0.10.2" and len(data["series"]["sha256"]) == 64
     assert data["release"]["version"] == "0.10.2" and data["release"]["known_to_series"]
-    (entry,) = data["entries"]
-    assert entry["state"] == "applied" and entry["action"] == "applied"
-    assert entry["files"][AITER_FA]["before"] == entry["files"][AITER_FA]["pristine_sha256"]
-    assert entry["files"][AITER_FA]["after"] == entry["files"][AITER_FA]["patched_sha256"]
+    first, stacked, other = data["entries"]
+    assert [e["state"] for e in data["entries"]] == ["applied"] * 3
+    assert [e["action"] for e in data["entries"]] == ["applied"] * 3
+    # 0001 and 0002 both change the AITER FA file: before 0001, after 0002
+    assert first["files"][AITER_FA]["before"] == first["files"][AITER_FA]["pristine_sha256"]
+    assert stacked["files"][AITER_FA]["pristine_sha256"] == first["files"][AITER_FA]["patched_sha256"]
+    assert stacked["files"][AITER_FA]["after"] == stacked["files"][AITER_FA]["patched_sha256"]
+    assert AITER_FA not in other["files"]
+    assert data["known_issues"]["fixed_by_applied_patches"] == [
+        "aiter-fa-full-cudagraph-always", "aiter-fa-spec-decode-full-decode-graphs",
+        "aiter-fa-fp8-kv-cache-fnuz-view", "triton-attn-fp8-kv-q-scale-capture"]
     assert data["changed"] is True and data["exit_code"] == 0
 
     r = run("apply", str(tree))
@@ -161,7 +168,7 @@ def test_image_build_path_with_python_option(tmp_path: Path, vllm_release) -> No
     report, vreport = tmp_path / "r" / "apply.json", tmp_path / "r" / "verify.json"
     r = run("apply", "--python", str(py), "--report", str(report))
     assert r.returncode == 0, r.stderr
-    assert f"at {purelib}" in r.stdout and "applied 1 patch(es)" in r.stdout
+    assert f"at {purelib}" in r.stdout and "applied 3 patch(es)" in r.stdout
     data = json.loads(report.read_text())
     assert data["target"] == str(purelib) and data["series"]["id"] == "vllm-0.10.1.1" and data["ok"]
     assert data["release"]["content_matches"] == ["0.10.1.1 pristine"]  # what apply found before writing

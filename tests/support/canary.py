@@ -2,5 +2,19 @@
 (~13 requests), so a run takes seconds on the CPU server."""
 from __future__ import annotations
 
+from vllm_rocm_health.canary import fingerprint, problems
+from vllm_rocm_health.canary.baseline import Baseline
+
 CFG = dict(num_problems=8, max_requests=16, long_prompts=2, concurrency=4, max_tokens=8, timeout=60.0,
            idle_probe_after=0.0)
+
+
+def make_baseline(model: str = "m", seed: int = 1, num_problems: int = 2, **kw: object) -> Baseline:
+    """A self-consistent baseline (right answers, score 1.0, one logprob list per reference text) that unit
+    tests then break one field at a time."""
+    todo = problems.generate(seed, num_problems)
+    args: dict[str, object] = dict(model=model, seed=seed, num_problems=num_problems, max_tokens=8,
+                                   answers=[p.answer for p in todo], score=1.0,
+                                   fingerprints=[[None, -1.0, -2.0] for _ in fingerprint.REFERENCE_TEXTS])
+    args.update(kw)
+    return Baseline(**args)  # type: ignore[arg-type]

@@ -1,9 +1,11 @@
 """Pristine file trees of real vLLM releases, fetched from PyPI once and cached.
 
-`release_tree("0.10.2")` returns `<cache>/0.10.2/tree/`, a minimal unpacked-wheel root holding only the files
-the patch tool and the image tests read (dist-info METADATA/RECORD, the version module, the AITER FA
-backend and `backends/utils.py`). The wheel itself (~400 MB) is deleted after extraction. The cache lives in
-`.work/cache/vllm-releases/` (git-ignored) unless `VLLM_RELEASES_CACHE` says otherwise.
+`release_tree("0.10.2")` returns `<cache>/0.10.2/tree-<hash of the file list>/`, a minimal unpacked-wheel root
+holding only the files the patch tool, the image tests and the chart's flag tests read (dist-info METADATA/RECORD,
+the version module, every file a patch of the series touches, the argument parser, config and env modules). The
+wheel itself (~400 MB) is deleted after extraction. The cache lives in `.work/cache/vllm-releases/` (git-ignored)
+unless `VLLM_RELEASES_CACHE` says otherwise. The tree is named for the file list, so a tree made for another list
+is never taken for this one.
 
 Safe against concurrent and interrupted runs: one `flock` per version serialises fetchers, extraction goes to
 a temporary directory that is renamed into place only when complete, and a finished tree has a marker file.
@@ -13,6 +15,7 @@ Callers must treat the tree as read-only and copy it (see `copy_release_tree`) b
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import hashlib
 import logging
 import os
@@ -33,6 +36,11 @@ DEFAULT_CACHE = REPO_ROOT / ".work" / "cache" / "vllm-releases"
 # Releases the patch series supports, and releases it deliberately does not know (for the "unknown" tests).
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.10.1.1", "0.10.2", "0.11.0", "0.33.0")
 UNKNOWN_VERSIONS: tuple[str, ...] = ("0.14.0", "0.20.0")
+# Releases whose own argument parser, envs.py and config the chart's guard tests read (tests/charts/test_guard.py):
+# 0.10.0 (no cudagraph_mode yet), the ones above, 0.30.0 (a new rule for piecewise modes without VLLM_COMPILE)
+# and the newest release when the list was made, 0.34.0.
+GUARD_RELEASES: tuple[str, ...] = ("0.10.0", "0.10.1.1", "0.10.2", "0.11.0", "0.14.0", "0.20.0", "0.30.0", "0.33.0",
+                                   "0.34.0")
 
 # Paths inside the wheel, relative to its root. Missing ones are fine (e.g. `_version.py` vs `version.py`).
 WANTED_FILES: tuple[str, ...] = (
@@ -41,7 +49,27 @@ WANTED_FILES: tuple[str, ...] = (
     "vllm/version.py",
     "vllm/v1/attention/backends/rocm_aiter_fa.py",
     "vllm/v1/attention/backends/utils.py",
+    # What `vllm serve` reads to build its configuration (tests/support/vllm_release_facts.py, for the chart's
+    # guard): the engine flags, FlexibleArgumentParser (utils/argparse_utils.py from 0.12, utils/__init__.py before),
+    # the `serve` sub-command, the compilation config and VllmConfig (one config.py in 0.10.0, config/__init__.py up
+    # to 0.11, config/vllm.py from 0.12), env vars, and the ROCm attention-backend selection with its AITER switches.
+    "vllm/engine/arg_utils.py",
+    "vllm/utils/__init__.py",
+    "vllm/utils/argparse_utils.py",
+    "vllm/entrypoints/cli/serve.py",
+    "vllm/config.py",
+    "vllm/config/__init__.py",
+    "vllm/config/compilation.py",
+    "vllm/config/vllm.py",
+    "vllm/envs.py",
+    "vllm/platforms/rocm.py",
+    "vllm/_aiter_ops.py",
+    "vllm/v1/attention/backends/triton_attn.py",
+    "vllm/attention/layer.py",
+    "vllm/model_executor/layers/quantization/kv_cache.py",
 )
+# The front-end flags move between releases (openai/, launchers/, common/): every `cli_args.py` under entrypoints/.
+WANTED_PATTERNS: tuple[str, ...] = ("vllm/entrypoints/*cli_args.py",)
 _COMPLETE_MARKER = ".complete"
 AITER_FA = "vllm/v1/attention/backends/rocm_aiter_fa.py"  # the file the patch series changes
 
@@ -51,7 +79,7 @@ def cache_dir() -> Path:
 
 
 def _wanted(name: str, version: str) -> bool:
-    if name in WANTED_FILES:
+    if name in WANTED_FILES or any(fnmatch.fnmatchcase(name, pat) for pat in WANTED_PATTERNS):
         return True
     dist_info = f"vllm-{version}.dist-info/"
     return name in (dist_info + "METADATA", dist_info + "RECORD", dist_info + "WHEEL")
@@ -106,10 +134,17 @@ def _extract(wheel: Path, version: str, into: Path) -> list[str]:
     return extracted
 
 
+def _tree_name() -> str:
+    """The tree directory is named for the file list: a cache filled with another list is never taken for this one
+    (checkouts with different lists can share one cache)."""
+    wanted = "\n".join(sorted({*WANTED_FILES, *WANTED_PATTERNS}))
+    return "tree-" + hashlib.sha256(wanted.encode()).hexdigest()[:12]
+
+
 def release_tree(version: str) -> Path:
     """Return the pristine minimal tree of vLLM `version`, fetching it from PyPI on first use."""
     base = cache_dir() / version
-    tree = base / "tree"
+    tree = base / _tree_name()
     if (tree / _COMPLETE_MARKER).is_file():
         return tree
     with _locked(cache_dir() / f"{version}.lock"):
@@ -150,5 +185,5 @@ def tree_snapshot(root: Path) -> dict[str, tuple[str, int]]:
 
 if __name__ == "__main__":  # `python tests/support/vllm_releases.py 0.10.2 ...` warms the cache
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    for v in sys.argv[1:] or [*SUPPORTED_VERSIONS, *UNKNOWN_VERSIONS]:
+    for v in sys.argv[1:] or sorted({*SUPPORTED_VERSIONS, *UNKNOWN_VERSIONS, *GUARD_RELEASES}):
         print(v, release_tree(v))

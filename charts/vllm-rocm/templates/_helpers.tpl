@@ -90,41 +90,53 @@ annotations:
 {{- end -}}
 {{- end -}}
 
-{{/* Is the AITER FlashAttention backend in use? Explicit backend, or auto-selected by AITER+MHA env on 0.10.x..0.14. */}}
-{{- define "vllm-rocm.aiterFA" -}}
-{{- $rel := include "vllm-rocm.release" . -}}
-{{- if eq .Values.attentionBackend "ROCM_AITER_FA" -}}true
-{{- else if and (not .Values.attentionBackend) .Values.aiter.enabled .Values.aiter.mha (semverCompare "<0.20.0-0" $rel) -}}true
-{{- end -}}
-{{- end -}}
-
-{{/* Reject combinations known to be wrong (see docs/runbook.md and /work/shared/notes/aiter-fa-fix.md).
+{{/* Reject combinations known to be wrong (see docs/runbook.md and /work/shared/notes/aiter-fa-fix.md), judged on
+the effective settings (templates/_effective.tpl), never on the raw values.
 AITER FA graph support per release: 0.10.1.x NEVER (unpatched), 0.10.2 ALWAYS (unpatched: wrong), patched or 0.11..0.19
 UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECEWISE), 0.20+ UNIFORM_BATCH. */}}
 {{- define "vllm-rocm.validate" -}}
-{{- $rel := include "vllm-rocm.release" . -}}
-{{- $mode := .Values.compilation.cudagraphMode -}}
-{{- $aiterFA := include "vllm-rocm.aiterFA" . -}}
-{{- $graphs := and (ne $mode "NONE") (not .Values.enforceEager) -}}
-{{- $unpatched010 := and (not .Values.vllm.patched) (semverCompare "<0.11.0-0" $rel) -}}
-{{- if and .Values.attentionBackend (semverCompare "<0.14.0-0" $rel) -}}
-{{- fail (printf "attentionBackend=%s needs vLLM >= 0.14 (vllm.release=%s has no --attention-backend flag; on 0.10.x/0.11 AITER FA is chosen by aiter.enabled + aiter.mha)" .Values.attentionBackend (toString .Values.vllm.release)) -}}
+{{- $e := include "vllm-rocm.effective" . | fromJson -}}
+{{- with $e.refusals -}}
+{{- fail (printf "the chart refuses these values (every compilation and CUDA-graph setting goes through the typed values, which the chart's guard judges; see the chart README, \"CUDA graphs and compilation\"):\n  - %s" (join "\n  - " .)) -}}
 {{- end -}}
-{{- if and $graphs $aiterFA $unpatched010 (semverCompare "<0.10.2-0" (include "vllm-rocm.releasePatch" .)) (hasPrefix "FULL" $mode) -}}
-{{- fail (printf "compilation.cudagraphMode=%s with the AITER FlashAttention backend on an unpatched vLLM %s fails at capture: the backend's full-graph flag is dead code, so its support is AttentionCGSupport.NEVER (vllm#25104 fixes it). Use compilation.cudagraphMode=PIECEWISE, or an image with the AITER FA patch (vllm.patched=true), which makes FULL_AND_PIECEWISE possible." $mode (toString .Values.vllm.release)) -}}
+{{- $rel := $e.releaseMinor -}}
+{{- $mode := $e.mode -}}
+{{- $modeText := $mode -}}
+{{- if ne $mode $e.requestedMode -}}
+{{- $modeText = printf "%s (which vLLM %s runs as %s: %s)" $e.requestedMode $e.releasePatch $mode (join "; " $e.modeChanges) -}}
 {{- end -}}
-{{- if and $graphs $aiterFA $unpatched010 (eq $mode "FULL") -}}
-{{- fail (printf "compilation.cudagraphMode=FULL with the AITER FlashAttention backend on an unpatched vLLM %s gives silently wrong outputs and capture OOMs (vllm#25104: the backend wrongly declared full-graph support ALWAYS, so prefill is frozen into every graph). Use compilation.cudagraphMode=FULL_AND_PIECEWISE, or an image with the AITER FA patch (vllm.patched=true)." (toString .Values.vllm.release)) -}}
+{{- $graphs := ne $mode "NONE" -}}
+{{- $unpatched010 := and (not $e.patched) (semverCompare "<0.11.0-0" $rel) -}}
+{{- if and $e.attentionBackend (semverCompare "<0.14.0-0" $rel) -}}
+{{- fail (printf "attentionBackend=%s needs vLLM >= 0.14 (vllm.release=%s has no --attention-backend flag; on 0.10.x/0.11 AITER FA is chosen by aiter.enabled + aiter.mha)" $e.attentionBackend $e.release) -}}
 {{- end -}}
-{{- if and $graphs $aiterFA .Values.speculativeConfig (hasPrefix "FULL" $mode) (or (eq $mode "FULL") $unpatched010) (semverCompare "<0.20.0-0" $rel) -}}
-{{- fail (printf "compilation.cudagraphMode=%s with speculative decoding on the AITER FlashAttention backend (vLLM %s): decode graphs have query length 1+k, which this backend cannot run as full graphs (unpatched 0.10.2 freezes flash-attention in and returns wrong tokens; vllm#25104, vllm#31625). Use compilation.cudagraphMode=PIECEWISE, or another attentionBackend." $mode (toString .Values.vllm.release)) -}}
+{{- if and $graphs $e.aiterFA $unpatched010 (semverCompare "<0.10.2-0" $e.releasePatch) (hasPrefix "FULL" $mode) -}}
+{{- fail (printf "compilation.cudagraphMode=%s with the AITER FlashAttention backend on an unpatched vLLM %s fails at capture: the backend's full-graph flag is dead code, so its support is AttentionCGSupport.NEVER (vllm#25104 fixes it). Use compilation.cudagraphMode=PIECEWISE (with attention split out: no splitting_ops override), or an image with the AITER FA patch (vllm.patched=true), which makes FULL_AND_PIECEWISE possible." $modeText $e.release) -}}
 {{- end -}}
-{{- range .Values.extraArgs -}}
-{{- if regexMatch "^-O" (toString .) -}}
-{{- fail (printf "extraArgs contains %q: -O meant the compilation config before vLLM 0.14 and the optimization level after, so the chart refuses it. Use compilation.* (rendered as --compilation-config) or --optimization-level N." (toString .)) -}}
+{{- if and $graphs $e.aiterFA $unpatched010 (eq $mode "FULL") -}}
+{{- fail (printf "compilation.cudagraphMode=%s with the AITER FlashAttention backend on an unpatched vLLM %s gives silently wrong outputs and capture OOMs (vllm#25104: the backend wrongly declared full-graph support ALWAYS, so prefill is frozen into every graph). Use compilation.cudagraphMode=FULL_AND_PIECEWISE (with attention split out: no splitting_ops override), or an image with the AITER FA patch (vllm.patched=true)." $modeText $e.release) -}}
 {{- end -}}
-{{- if regexMatch "^(--compilation-config|-cc)([=.].*)?$" (toString .) -}}
-{{- fail (printf "extraArgs contains %q: the chart already renders --compilation-config; use compilation.cudagraphMode, compilation.captureSizes and compilation.compilationConfig." (toString .)) -}}
+{{- if and $graphs $e.aiterFA $e.speculative (hasPrefix "FULL" $mode) (or (eq $mode "FULL") $unpatched010) (semverCompare "<0.20.0-0" $rel) -}}
+{{- fail (printf "compilation.cudagraphMode=%s with speculative decoding on the AITER FlashAttention backend (vLLM %s): decode graphs have query length 1+k, which this backend cannot run as full graphs (unpatched 0.10.2 freezes flash-attention in and returns wrong tokens; vllm#25104, vllm#31625). Use compilation.cudagraphMode=PIECEWISE, or another attentionBackend." $modeText $e.release) -}}
+{{- end -}}
+{{- if gt (int .Values.tensorParallelSize) (int .Values.gpusPerNode) -}}
+{{- if .Values.multiNode.enabled -}}
+{{- fail (printf "tensorParallelSize=%d is more than gpusPerNode=%d: with multiNode every pod (one per node) requests tensorParallelSize GPUs, so tensor parallelism must fit in one node; spread the model over nodes with multiNode.nodes (pipeline parallel) instead" (int .Values.tensorParallelSize) (int .Values.gpusPerNode)) -}}
+{{- else -}}
+{{- fail (printf "tensorParallelSize=%d is more than gpusPerNode=%d (the GPUs of one node): one pod cannot get them and would stay Pending. Use tensorParallelSize <= %d, or multiNode.enabled=true with multiNode.nodes=N (tensorParallelSize GPUs on each of N nodes, pipeline parallel across them)" (int .Values.tensorParallelSize) (int .Values.gpusPerNode) (int .Values.gpusPerNode)) -}}
+{{- end -}}
+{{- end -}}
+{{- $rawLimit := "" -}}
+{{- with .Values.resources.limits -}}{{- $rawLimit = default "" (index . "memory") -}}{{- end -}}
+{{- if $rawLimit -}}
+{{- $limit := ternary (printf "%.0f" (float64 $rawLimit)) (toString $rawLimit) (or (kindIs "float64" $rawLimit) (kindIs "int64" $rawLimit) (kindIs "int" $rawLimit)) -}}
+{{- $limitBytes := include "vllm-rocm.quantityBytes" $limit -}}
+{{- if not $limitBytes -}}
+{{- fail (printf "resources.limits.memory=%s: not a Kubernetes quantity the chart can read (e.g. 64Gi, 68719476736), so it cannot check that /dev/shm fits under it" $limit) -}}
+{{- end -}}
+{{- $shm := include "vllm-rocm.shmSize" . -}}
+{{- if ge (float64 (include "vllm-rocm.quantityBytes" $shm)) (float64 $limitBytes) -}}
+{{- fail (printf "/dev/shm of %s (%s) is not smaller than the vLLM container's memory limit resources.limits.memory=%s: shared-memory pages count against that limit, so a full /dev/shm would get vLLM OOM-killed. Lower shm.sizeLimit (or shm.perGpuGi / shm.baseGi) or raise resources.limits.memory." $shm (ternary "shm.sizeLimit" (printf "shm.perGpuGi * tensorParallelSize + shm.baseGi = %d * %d + %d Gi" (int .Values.shm.perGpuGi) (int .Values.tensorParallelSize) (int .Values.shm.baseGi)) (ne .Values.shm.sizeLimit "")) $limit) -}}
 {{- end -}}
 {{- end -}}
 {{- if and .Values.multiNode.enabled .Values.autoscaling.hpa.enabled -}}
@@ -255,6 +267,14 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{- end -}}
 {{- end -}}
 
+{{/* Optional sidecar settings (0 = the sidecar's default): value name -> flag of `vllm-rocm-health serve`. */}}
+{{- define "vllm-rocm.sidecarFlags" -}}
+canaryTimeout: --canary-timeout
+canaryMaxAgeIntervals: --canary-max-age-intervals
+canaryMaxTokens: --canary-max-tokens
+healthInterval: --health-interval
+{{- end -}}
+
 {{- define "vllm-rocm.sidecar" -}}
 - name: health
   image: {{ include "vllm-rocm.sidecarImage" . | quote }}
@@ -272,12 +292,15 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
     - "--model"
     - {{ include "vllm-rocm.servedName" . | quote }}
     - "--requested-mode"
-    - {{ ternary "NONE" .Values.compilation.cudagraphMode .Values.enforceEager | quote }}
+    - {{ (include "vllm-rocm.effective" . | fromJson).configMode | quote }}
     - "--canary-interval"
     - {{ .Values.sidecar.canaryInterval | quote }}
-    {{- if gt (int .Values.sidecar.canaryMaxTokens) 0 }}
-    - "--canary-max-tokens"
-    - {{ .Values.sidecar.canaryMaxTokens | quote }}
+    {{- range $key, $flag := include "vllm-rocm.sidecarFlags" . | fromYaml }}
+    {{- $v := index $.Values.sidecar $key }}
+    {{- if gt (float64 $v) 0.0 }}
+    - {{ $flag | quote }}
+    - {{ $v | quote }}
+    {{- end }}
     {{- end }}
     {{- if include "vllm-rocm.canaryConfigMap" . }}
     - "--canary-baseline"

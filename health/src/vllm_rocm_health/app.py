@@ -9,13 +9,14 @@ from collections.abc import Iterator
 
 import httpx
 
-from . import logsource, readiness
-from .canary import CanaryRunner
+from . import k8s_logs, logsource, readiness
+from .canary import CanaryResult, CanaryRunner
 from .config import SidecarConfig
 from .events import EventPoster
 from .http_server import serve
-from .metrics import SidecarStatus, make_registry
+from .metrics import SidecarStatus, WorkerCollector, make_registry
 from .state import LogState
+from .workers import Supervisor, Worker
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,26 @@ class Sidecar:
         self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None)
         self.events = event_poster or EventPoster.from_environment(enabled=cfg.events)
         self._last = {"failed": False, "downgraded": False, "canary": None}
+        self._slow_runs = 0  # consecutive canary runs that found the server slow (back-off exponent)
+        self.supervisor = Supervisor(self._workers(), self.stop)
+        self.registry.register(WorkerCollector(self.supervisor.statuses))
         self.http = None
+
+    def _workers(self) -> list[Worker]:
+        """Every loop of the sidecar, with how long it may go without progress before it counts as stuck."""
+        cfg = self.cfg
+        workers = [Worker("health", self._poll_health, self.stop,
+                          max_silence=cfg.health_interval + 4 * cfg.health_timeout + 30.0)]
+        if cfg.log_source != "none":
+            # stdin blocks in read() while vLLM is quiet, which is no fault; files are polled every 0.2 s; the
+            # k8s stream times out a quiet read and reconnects.
+            silence = {"stdin": None, "k8s": k8s_logs.READ_TIMEOUT + k8s_logs.CONNECT_TIMEOUT + 60.0}
+            workers.append(Worker("log", self._follow_log, self.stop,
+                                  max_silence=silence.get(cfg.log_source, 30.0)))
+        if self.canary.enabled:
+            workers.append(Worker("canary", self._run_canary, self.stop,
+                                  max_silence=self.canary.max_run_seconds + 30.0))
+        return workers
 
     # -- the log ----------------------------------------------------------------------------------------
     def on_line(self, line: str) -> None:
@@ -48,15 +68,18 @@ class Sidecar:
             self.status.engine_start_time = time.time()
         log.warning("the vLLM container restarted")
 
-    def _set_source_up(self, up: bool) -> None:
+    def _set_source_up(self, up: bool, reason: str = "") -> None:
         with self.status.lock:
-            self.status.log_source_up = up
+            changed = (up, reason) != (self.status.log_source_up, self.status.log_source_reason)
+            self.status.log_source_up, self.status.log_source_reason = up, reason
+        if changed and not up and reason:
+            log.warning("log source down: %s", reason)  # once per change, not once per poll
 
-    def _lines(self) -> Iterator[str]:
+    def _lines(self, worker: Worker) -> Iterator[str]:
         src = self.cfg.log_source
         if src.startswith("file:"):
             return logsource.follow_file(src[5:], self.stop, from_start=self.cfg.log_from_start,
-                                         on_up=self._set_source_up)
+                                         on_up=self._set_source_up, beat=worker.beat)
         if src == "stdin":
             self._set_source_up(True)
             return logsource.stdin_lines(self.stop)
@@ -64,19 +87,30 @@ class Sidecar:
             from .k8s_logs import PodLogFollower
 
             follower = PodLogFollower.from_environment(self.cfg.k8s_container, on_restart=self.on_container_restart)
-            return logsource.retrying(lambda: follower.stream(self.stop), self.stop, self._set_source_up)
-        return iter(())
+            return logsource.retrying(lambda: follower.stream(self.stop), self.stop, self._set_source_up,
+                                      beat=worker.beat)
+        raise ValueError(f"no log source {src!r}")
 
-    def _follow_log(self) -> None:
+    def _follow_log(self, worker: Worker) -> None:
+        if worker.restarts and self.cfg.log_source != "stdin":
+            # A restarted follower reads the log again from where the first one began: start from a clean state
+            # rather than count the same engine twice.
+            with self.status.lock:
+                self.status.log = LogState(requested_hint=self.cfg.requested_mode)
         try:
-            for line in self._lines():
+            for line in self._lines(worker):
+                worker.beat()
                 self.on_line(line)
                 if self.stop.is_set():
                     break
-        except Exception:
-            log.exception("log follower crashed")
         finally:
-            self._set_source_up(False)
+            self._set_source_up(False, "log follower stopped")
+        if self.cfg.log_source == "stdin" and not self.stop.is_set():
+            # The writer closed the pipe: nothing more will come, so say so and wait for shutdown (restarting
+            # would only read EOF again).
+            self._set_source_up(False, "stdin was closed")
+            while not self.stop.wait(1.0):
+                worker.beat()
 
     # -- vLLM /health -----------------------------------------------------------------------------------
     def poll_health_once(self, client: httpx.Client) -> None:
@@ -90,22 +124,29 @@ class Sidecar:
             self.status.server_healthy = ok
         self.update_readiness()
 
-    def _poll_health(self) -> None:
+    def _poll_health(self, worker: Worker) -> None:
         with httpx.Client(timeout=self.cfg.health_timeout) as client:
             while not self.stop.is_set():
+                worker.beat()
                 self.poll_health_once(client)
                 self.stop.wait(self.cfg.health_interval)
 
     # -- readiness and transitions ----------------------------------------------------------------------
     def update_readiness(self) -> tuple[bool, str]:
+        workers = self.supervisor.statuses()
+        canary = self.canary
         with self.status.lock:
-            ok, reason = readiness.decide(self.status.log.engine, self.status.server_healthy, self.canary.enabled,
-                                          self.canary.passing, self.canary.last_reason,
-                                          capture_gate=self.cfg.log_source != "none")
-            if (ok, reason) != (self.status.ready, self.status.ready_reason):
-                log.info("readiness: %s (%s)", "ready" if ok else "not ready", reason)
-            self.status.ready, self.status.ready_reason = ok, reason
-        return ok, reason
+            v = readiness.decide(readiness.Inputs(
+                engine=self.status.log.engine, server_healthy=self.status.server_healthy,
+                capture_gate=self.cfg.log_source != "none", log_source_up=self.status.log_source_up,
+                log_source_reason=self.status.log_source_reason, workers=workers,
+                canary_enabled=canary.enabled, canary_passing=canary.passing, canary_reason=canary.last_reason,
+                canary_pass_age=time.monotonic() - canary.last_pass if canary.last_pass else None,
+                canary_max_age=self.cfg.canary.max_pass_age))
+            if (v.ready, v.message) != (self.status.ready, self.status.ready_reason):
+                log.info("readiness: %s (%s)", "ready" if v.ready else "not ready", v.message)
+            self.status.ready, self.status.ready_reason, self.status.ready_code = v.ready, v.message, v.code
+        return v.ready, v.message
 
     def _transitions(self) -> None:
         with self.status.lock:
@@ -122,17 +163,27 @@ class Sidecar:
         self._last["failed"], self._last["downgraded"] = failed, downgraded
         self.update_readiness()
 
-    def _run_canary(self) -> None:
+    def next_canary_period(self, result: CanaryResult) -> float:
+        """Seconds from this run's start to the next one's. Start to start: the load stays at one run per interval
+        however long a run takes, and wrong answers show within an interval plus one run. A slow server (timeout,
+        429/503) gets 2x, 4x, ... the interval, up to max_backoff_intervals: a canary must never pile load onto
+        a server that is already behind. Other errors (a server restarting) are looked at again soon."""
+        interval = self.cfg.canary.interval
+        if result.outcome == "error" and result.server_slow:
+            self._slow_runs += 1
+            return min(interval * 2 ** self._slow_runs, interval * self.cfg.canary.max_backoff_intervals)
+        self._slow_runs = 0
+        return min(interval, 10.0) if result.outcome == "error" else interval
+
+    def _run_canary(self, worker: Worker) -> None:
         while not self.stop.is_set():
             # Asking a server that is still starting only produces errors: wait for /health first.
             while not self.stop.is_set() and not self.status.server_healthy:
+                worker.beat()
                 self.stop.wait(1.0)
+            worker.beat()
             started = time.monotonic()
-            outcome = "error"
-            try:
-                outcome = self.canary.run_once().outcome
-            except Exception:
-                log.exception("canary run crashed")
+            result = self.canary.run_once()  # never raises: a crash inside is an `error` outcome
             passing = self.canary.passing
             if passing is False and self._last["canary"] is not False:
                 self.events.post("CanaryFailed", self.canary.last_reason, warning=True)
@@ -140,11 +191,13 @@ class Sidecar:
                 self.events.post("CanaryRecovered", self.canary.last_reason, warning=False)
             self._last["canary"] = passing
             self.update_readiness()
-            # Start to start, not end to start: the load stays at one run per interval however long a run takes,
-            # and wrong answers show within an interval plus one run. After an error (server restarting,
-            # timeout) look again soon rather than a whole interval later.
-            period = min(self.cfg.canary.interval, 10.0) if outcome == "error" else self.cfg.canary.interval
-            self.stop.wait(max(0.0, started + period - time.monotonic()))
+            period = self.next_canary_period(result)
+            while not self.stop.is_set():
+                worker.beat()
+                left = started + period - time.monotonic()
+                if left <= 0:
+                    break
+                self.stop.wait(min(left, 5.0))
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,14 +205,12 @@ class Sidecar:
         log.info("listening on %s:%d (pid %d); vLLM %s; log source %s; canary %s", *self.cfg.listen_addr, os.getpid(),
                  self.cfg.vllm_url, self.cfg.log_source,
                  f"every {self.cfg.canary.interval:.0f} s" if self.canary.enabled else "off (no baseline)")
-        for name, target in (("log", self._follow_log), ("health", self._poll_health)):
-            threading.Thread(target=target, name=name, daemon=True).start()
-        if self.canary.enabled:
-            threading.Thread(target=self._run_canary, name="canary", daemon=True).start()
+        self.supervisor.start()
 
     def shutdown(self) -> None:
         self.stop.set()
-        self.canary.close()
         if self.http is not None:
             self.http.shutdown()
             self.http.server_close()
+        self.supervisor.join(timeout=5.0)
+        self.canary.close()

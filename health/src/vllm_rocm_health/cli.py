@@ -39,6 +39,8 @@ def setup_logging(fmt: str, level: str) -> None:
     handler.setFormatter(_JsonFormatter() if fmt == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    # httpx logs every request at INFO: one line per /health poll would bury what matters.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,15 +7,12 @@ import dataclasses
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-try:  # the canary sub-package is developed separately; the sidecar must still run without it
-    from .canary.config import CanaryConfig
-except ImportError:  # pragma: no cover - only while the canary package is absent
-    @dataclass
-    class CanaryConfig:  # type: ignore[no-redef]
-        """Placeholder used when the canary package is not installed: no canary settings, canary off."""
-        baseline: Optional[str] = None  # noqa: UP045
+import httpx
+
+from . import logsource
+from .canary.config import CanaryConfig
 
 ENV_PREFIX = "VLLM_HEALTH_"
 # Short spellings docs/contracts.md promises (`--baseline FILE`) next to the generated `--canary-baseline`.
@@ -34,8 +31,10 @@ class SidecarConfig:
     requested_mode: str = field(default="", metadata={
         "help": "the cudagraph_mode the operator asked for, used when the log does not say"})
     model: str = field(default="", metadata={"help": "served model name (default: the first of /v1/models)"})
-    health_interval: float = field(default=5.0, metadata={"help": "seconds between polls of vLLM /health"})
-    health_timeout: float = field(default=3.0, metadata={"help": "timeout of one /health poll"})
+    health_interval: float = field(default=5.0, metadata={
+        "help": "seconds between polls of vLLM /health", "range": (0.1, 3600.0)})
+    health_timeout: float = field(default=3.0, metadata={
+        "help": "timeout of one /health poll", "range": (0.1, 600.0)})
     events: bool = field(default=True, metadata={"help": "post Kubernetes Events on state changes (in a cluster)"})
     log_format: str = field(default="text", metadata={"help": "sidecar log format: text or json"})
     log_level: str = field(default="INFO", metadata={"help": "sidecar log level"})
@@ -80,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser, environ: dict[str, str] | Non
     env = os.environ if environ is None else environ
     for name, f, tp in _fields(SidecarConfig):
         var = ENV_PREFIX + name.upper()
-        flag = "--" + name.replace("_", "-")
+        flag = flag_name(name)
         default = f.default if f.default is not dataclasses.MISSING else None
         conv = _parse_bool if tp is bool else tp
         if var in env:
@@ -116,19 +115,59 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
     return cfg
 
 
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_ranges(obj: Any, prefix: str = "") -> None:
+    """Every numeric setting inside its `range` (inclusive) and finite: NaN, inf or 1e12 s intervals are refused
+    at start, naming the flag, instead of killing a worker thread later."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            check_ranges(value, prefix + f.name + "_")
+            continue
+        bounds = f.metadata.get("range")
+        if bounds is None:
+            continue
+        lo, hi = bounds
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (lo <= value <= hi):
+            raise ValueError(f"{flag_name(prefix + f.name)} {value!r}: must be a number from {lo:g} to {hi:g}")
+
+
+def check_url(url: str) -> None:
+    try:
+        u = httpx.URL(url)
+        port = u.port
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        raise ValueError(f"--vllm-url {url!r}: not a URL ({e})") from e
+    if u.scheme not in ("http", "https") or not u.host:
+        raise ValueError(f"--vllm-url {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"--vllm-url {url!r}: port {port} out of range")
+
+
 def validate(cfg: SidecarConfig) -> None:
     src = cfg.log_source
     if not (src in ("stdin", "k8s", "none") or (src.startswith("file:") and len(src) > 5)):
         raise ValueError(f"--log-source {src!r}: use file:PATH, stdin, k8s or none")
+    if src.startswith("file:"):
+        problem, fatal = logsource.file_problem(src[5:])
+        if fatal:
+            raise ValueError(f"--log-source {src!r}: {problem}")
     try:
-        cfg.listen_addr  # noqa: B018 - parses
+        host, port = cfg.listen_addr
     except ValueError as e:
         raise ValueError(f"--listen {cfg.listen!r}: expected host:port") from e
+    if not 0 <= port < 65536:
+        raise ValueError(f"--listen {cfg.listen!r}: port out of range")
+    check_url(cfg.vllm_url)
     if cfg.requested_mode and cfg.requested_mode not in ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
                                                          "FULL_AND_PIECEWISE"):
         raise ValueError(f"--requested-mode {cfg.requested_mode!r}: not a cudagraph_mode")
     if cfg.log_format not in ("text", "json"):
         raise ValueError(f"--log-format {cfg.log_format!r}: text or json")
-    for knob in ("interval", "max_requests", "max_tokens"):
-        if getattr(cfg.canary, knob, 1) <= 0:
-            raise ValueError(f"--canary-{knob.replace('_', '-')} must be positive")
+    if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ValueError(f"--log-level {cfg.log_level!r}: DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    check_ranges(cfg)

@@ -10,7 +10,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .logsource import LineSplitter
+
 log = logging.getLogger(__name__)
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 60.0
 
 
 def _seconds_since(rfc3339: str) -> int:
@@ -71,16 +75,17 @@ class PodLogFollower:
         if self.last_ts:
             # The client has no sinceTime: ask from a little before the last line, then drop what was handed on.
             kwargs["since_seconds"] = _seconds_since(self.last_ts) + 2  # last_ts is a ts_key(): same prefix
+        # A read timeout: a half-open connection would otherwise block this stream forever without a word. A quiet
+        # log then just reconnects every READ_TIMEOUT seconds (cheap; nothing is counted twice).
+        kwargs["_request_timeout"] = (CONNECT_TIMEOUT, READ_TIMEOUT)
         resp = self.api.read_namespaced_pod_log(self.pod, self.namespace, **kwargs)
         skip_ts, skip_n = self.last_ts, self.seen_at_last_ts
-        buf = b""
+        splitter = LineSplitter()
         for chunk in resp.stream() if hasattr(resp, "stream") else resp:
             if stop.is_set():
                 return
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for raw in lines:
-                ts, _, text = raw.decode("utf-8", "replace").partition(" ")
+            for line in splitter.feed(chunk):
+                ts, _, text = line.partition(" ")
                 ts = ts_key(ts)
                 if skip_ts:
                     if ts < skip_ts:

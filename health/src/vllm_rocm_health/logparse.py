@@ -5,6 +5,7 @@ substring prefilter of `prefilter.py`: nearly all lines of a busy server are req
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -33,6 +34,32 @@ _PROFILED = re.compile(r"Profiling CUDA graph memory: (.*)")
 _PROFILED_ITEM = re.compile(r"\b(PIECEWISE|FULL)=(\d+)")
 # Config/resolution-stage overrides (notes §2c step 4 and §2d): "Overriding cudagraph_mode [from X ]to Y",
 # "Overriding to Y.", "Setting cudagraph_mode to Y".
+# Attention backend selection (platforms/rocm.py): prose up to 0.14, the enum name from 0.20 on. ViT / encoder
+# lines ("... for ViT model", "for vit attention") name another backend and are skipped.
+_BACKEND_PROSE = (
+    ("Using Flash Attention backend on V1 engine", "ROCM_AITER_FA"),  # <=0.11 on ROCm: the AITER FA backend
+    ("Using Aiter Flash Attention backend", "ROCM_AITER_FA"),  # 0.14
+    ("Using Triton Attention backend", "TRITON_ATTN"),
+    ("Using Rocm/Aiter Attention backend on V1 engine", "ROCM_ATTN"),  # 0.11
+    ("Using Rocm Attention backend", "ROCM_ATTN"),  # 0.14
+    ("Using Aiter Unified Attention backend", "ROCM_AITER_UNIFIED_ATTN"),  # 0.14
+    ("Using AITER TRITON MLA backend", "ROCM_AITER_TRITON_MLA"),  # 0.14
+    ("Using AITER MLA backend", "ROCM_AITER_MLA"),
+    ("Using Triton MLA backend", "TRITON_MLA"),
+)
+_BACKEND_ENUM = re.compile(
+    r"(?:Using ([A-Z][A-Z0-9_]+) backend (?:\(selected via --attention-backend\)|out of potential backends)"
+    r"|Overriding with ([A-Z][A-Z0-9_]+) out of potential backends)")
+# The engine config line (VllmConfig.__str__, 0.10-0.33): the facts the known-issues data conditions on.
+_CFG_QUANT = re.compile(r"\bquantization=([\w.-]+)")
+_CFG_KV = re.compile(r"\bkv_cache_dtype=([\w.-]+)")
+_CFG_TP = re.compile(r"\btensor_parallel_size=(\d+)")
+_CFG_SPEC = re.compile(r"\bspeculative_config=(?:None|SpeculativeConfig\(method='([\w-]+)')")
+_ARGS_MAX_SEQS = re.compile(r"""['"]max_num_seqs['"]\s*:\s*(\d+)""")
+# What the distribution's image entrypoint (docker/scripts/vllm-serve.sh) prints before vLLM starts: patches,
+# ROCm version and the VLLM_ROCM_* environment, none of which vLLM logs itself.
+FACTS_PREFIX = "vllm-rocm facts: "
+
 _OVERRIDE = re.compile(r"(?:Overriding (?:cudagraph_mode (?:%s |\w+ )?(?:from \w+ )?)?to|Setting cudagraph_mode to)"
                        r" (NONE|PIECEWISE|FULL_DECODE_ONLY|FULL_AND_PIECEWISE|FULL)\b")
 
@@ -62,6 +89,10 @@ FINISHED = "finished"                # seconds, gib
 FAILURE = "failure"                  # reason: oom | gpu_error | exception | engine_failed
 SKIPPED = "skipped"                  # capture skipped (mode NONE)
 PROFILED = "profiled"                # 0.20+ V1 graph-memory profiling: mode = what will be captured (resolved)
+BACKEND = "backend"                  # attention backend selected: text = vLLM's enum name
+CONFIG = "config"                    # engine config facts: text = JSON {quantization, kv_cache_dtype, ...}
+ARGS = "args"                        # non-default args facts: text = JSON {max_num_seqs}
+FACTS = "facts"                      # the image entrypoint's facts line: text = its JSON object
 
 _PHASE = {"mixed prefill-decode": "mixed", "decode": "decode", None: "unspecified"}
 
@@ -101,9 +132,22 @@ def _parse_one(line: str) -> list[Event]:
     if "Initializing a V1 LLM engine" in line:
         version = line.split("engine (v", 1)[1].split(")", 1)[0] if "engine (v" in line else ""
         events = [Event(ENGINE_START, mode=_config_mode(line), text=version)]
+        facts = _config_facts(line)
+        if facts:
+            events.append(Event(CONFIG, text=json.dumps(facts, sort_keys=True)))
         if "enforce_eager=True" in line:
             events.append(Event(EAGER, text="enforce_eager=True"))
         return events
+    if FACTS_PREFIX in line:
+        try:
+            facts = json.loads(line.split(FACTS_PREFIX, 1)[1])
+        except ValueError:
+            return []
+        return [Event(FACTS, text=json.dumps(facts, sort_keys=True))] if isinstance(facts, dict) else []
+    if ("backend" in line and "Using " in line) or "Overriding with" in line:
+        backend = _backend(line)
+        if backend:
+            return [Event(BACKEND, text=backend)]
     if "non-default args" in line:
         events = []
         m = _ARGS_MODE.search(line)
@@ -113,6 +157,9 @@ def _parse_one(line: str) -> list[Event]:
             events.append(Event(REQUESTED, mode=_JSON_MODE[m.group(1)]))
         if _ENFORCE_EAGER.search(line):
             events.append(Event(EAGER, text="--enforce-eager"))
+        m = _ARGS_MAX_SEQS.search(line)
+        if m:
+            events.append(Event(ARGS, text=json.dumps({"max_num_seqs": int(m.group(1))})))
         return events
     if "is not supported" in line and "CUDAGraphMode." in line:
         m = _DOWNGRADE.search(line)
@@ -159,3 +206,34 @@ def _config_mode(line: str) -> str:
     if m:
         return _JSON_MODE.get(re.sub(r"\s", "", m.group(1)), "unknown")
     return "unknown"
+
+
+def _backend(line: str) -> str:
+    if "ViT" in line or "vit attention" in line:
+        return ""
+    m = _BACKEND_ENUM.search(line)
+    if m:
+        return m.group(1) or m.group(2)
+    for text, name in _BACKEND_PROSE:
+        if text in line:
+            return name
+    return ""
+
+
+def _config_facts(line: str) -> dict:
+    """quantization, kv_cache_dtype, speculative method and TP size from the engine config line ("none" when
+    vLLM prints None; a key is absent when the line does not carry it)."""
+    out: dict = {}
+    m = _CFG_QUANT.search(line)
+    if m:
+        out["quantization"] = "none" if m.group(1) == "None" else m.group(1)
+    m = _CFG_KV.search(line)
+    if m:
+        out["kv_cache_dtype"] = m.group(1)
+    m = _CFG_TP.search(line)
+    if m:
+        out["tensor_parallel_size"] = int(m.group(1))
+    m = _CFG_SPEC.search(line)
+    if m:
+        out["speculative_method"] = m.group(1) or "none"
+    return out

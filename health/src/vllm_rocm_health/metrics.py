@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .readiness import REASON_CODES, reason_code
+from .known_issues import KnownIssueJudge
+from .readiness import REASONS
 from .state import LogState
+from .workers import WorkerStatus
 
 # Exactly the label values of docs/contracts.md (an unsupported-mode ValueError counts as `exception`).
 FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed")
@@ -25,15 +27,18 @@ class SidecarStatus:
         self.log = log_state
         self.log_lines = 0
         self.log_source_up = False
+        self.log_source_reason = "not connected yet"
         self.engine_start_time = 0.0
         self.ready = False
         self.ready_reason = "starting"
+        self.ready_code = "starting"
         self.server_healthy: bool | None = None
 
 
 class CaptureCollector(Collector):
-    def __init__(self, status: SidecarStatus) -> None:
+    def __init__(self, status: SidecarStatus, judge: KnownIssueJudge | None = None) -> None:
         self.status = status
+        self.judge = judge if judge is not None else KnownIssueJudge()
 
     def collect(self) -> Iterator:
         s = self.status
@@ -73,18 +78,56 @@ class CaptureCollector(Collector):
             yield g("vllm_engine_start_time_seconds", "Unix time the current engine instance started",
                     value=s.engine_start_time)
             yield g("vllm_sidecar_ready", "What /readyz answers (1 = 200)", value=int(s.ready))
-            # Every code, 1 for the current one (as kube-state-metrics' *_reason): the dashboard's reason per pod.
-            why = g("vllm_sidecar_ready_reason", "Why /readyz answers what it does: 1 for the current reason",
+            why = g("vllm_sidecar_not_ready_reason",
+                    "1 for the rule that keeps /readyz at 503 (the first unmet one; /readyz has the details)",
                     labels=["reason"])
-            current = reason_code(s.ready_reason)
-            for code in REASON_CODES:
-                why.add_metric([code], int(code == current))
+            for reason in REASONS:
+                why.add_metric([reason], int(not s.ready and s.ready_code == reason))
             yield why
             yield CounterMetricFamily("vllm_sidecar_log_lines", "Log lines read", value=s.log_lines)
             yield g("vllm_sidecar_log_source_up", "1 while the log source is connected", value=int(s.log_source_up))
+            yield from self._known_issues(s.log)
+
+    def _known_issues(self, state: LogState) -> Iterator:
+        """One series per known issue (0 or 1), so an alert sees a row go active rather than appear."""
+        g = GaugeMetricFamily
+        verdict = self.judge.judge(state)
+        yield g("vllm_known_issues_evaluated", "1 when the known-issues data was judged against this engine",
+                value=int(verdict.ok))
+        labels = ["id", "symptom", "verified"]
+        active = g("vllm_known_issue_active", "1 when a known issue applies to this engine (every condition seen in"
+                   " its log or deployment) and no applied patch mitigates it", labels=labels)
+        possible = g("vllm_known_issue_possible", "1 when a known issue may apply: no known fact contradicts it,"
+                     " but some condition could not be seen", labels=labels)
+        by_id = {m.issue.id: m for m in verdict.matches}
+        for issue in self.judge.issues:
+            m = by_id.get(issue.id)
+            lv = [issue.id, issue.symptom, str(issue.verified).lower()]
+            active.add_metric(lv, int(m is not None and m.active))
+            possible.add_metric(lv, int(m is not None and m.status == "possible" and not m.mitigated))
+        yield active
+        yield possible
 
 
-def make_registry(status: SidecarStatus) -> CollectorRegistry:
+class WorkerCollector(Collector):
+    """Whether each worker loop of the sidecar is alive and making progress, and how often it was restarted."""
+
+    def __init__(self, statuses: Callable[[], list[WorkerStatus]]) -> None:
+        self.statuses = statuses
+
+    def collect(self) -> Iterator:
+        up = GaugeMetricFamily("vllm_sidecar_worker_up", "1 while the worker loop is alive and making progress",
+                               labels=["worker"])
+        restarts = CounterMetricFamily("vllm_sidecar_worker_restarts", "Times the worker loop was restarted after "
+                                       "it died", labels=["worker"])
+        for w in self.statuses():
+            up.add_metric([w.name], int(w.up))
+            restarts.add_metric([w.name], w.restarts)
+        yield up
+        yield restarts
+
+
+def make_registry(status: SidecarStatus, judge: KnownIssueJudge | None = None) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(CaptureCollector(status))
+    reg.register(CaptureCollector(status, judge))
     return reg

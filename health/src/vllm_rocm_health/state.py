@@ -1,6 +1,7 @@
 """The state of one vLLM server's CUDA-graph start-up, built from log events. Pure: no I/O, no clock."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from . import logparse as lp
@@ -27,6 +28,13 @@ class EngineState:
     graphs: dict[tuple[str, str], int] = field(default_factory=dict)  # of the final pass
     failures: set[str] = field(default_factory=set)
     current_bar: tuple[str, str] | None = None
+    # What the known-issues data conditions on, as this engine's log shows it ("" / None: not seen)
+    attention_backend: str = ""
+    quantization: str = ""
+    kv_cache_dtype: str = ""
+    speculative_method: str = ""
+    tensor_parallel_size: int | None = None
+    max_num_seqs: int | None = None
 
     @property
     def progress(self) -> float:
@@ -87,7 +95,11 @@ class LogState:
         self.failures_total: dict[str, int] = {}
         self._args_requested = ""
         self._args_eager = False
+        self._args_max_num_seqs: int | None = None
         self._fresh = False  # restart() already counted the engine whose config line comes next
+        # The image entrypoint's facts line (patches, ROCm version, VLLM_ROCM_* env): one per container start,
+        # so it outlives engine restarts within the container.
+        self.image_facts: dict = {}
 
     def restart(self, container: bool = False) -> None:
         """A new engine instance (new config line, or `container=True`: the log source saw the container
@@ -98,6 +110,7 @@ class LogState:
                                   effective=self.requested_hint or "unknown")
         self._args_requested = ""
         self._args_eager = False
+        self._args_max_num_seqs = None
 
     def feed(self, line: str) -> list[lp.Event]:
         events = lp.parse_line(line)
@@ -121,9 +134,9 @@ class LogState:
             e.requested = e.effective = ev.mode
         elif k == lp.ENGINE_START:
             if self.engines_seen and not self._fresh:
-                args, eager = self._args_requested, self._args_eager
+                args, eager, seqs = self._args_requested, self._args_eager, self._args_max_num_seqs
                 self.restart()
-                self._args_requested, self._args_eager = args, eager
+                self._args_requested, self._args_eager, self._args_max_num_seqs = args, eager, seqs
             self.engines_seen += 1
             self._fresh = False
             e = self.engine
@@ -138,6 +151,20 @@ class LogState:
                 e.downgrade_reason = e.downgrade_reason or "config override"
             if self._args_eager:
                 self._set_eager(e)
+            e.max_num_seqs = self._args_max_num_seqs
+        elif k == lp.CONFIG:
+            facts = json.loads(ev.text)
+            e.quantization = facts.get("quantization", e.quantization)
+            e.kv_cache_dtype = facts.get("kv_cache_dtype", e.kv_cache_dtype)
+            e.speculative_method = facts.get("speculative_method", e.speculative_method)
+            e.tensor_parallel_size = facts.get("tensor_parallel_size", e.tensor_parallel_size)
+        elif k == lp.ARGS:
+            self._args_max_num_seqs = e.max_num_seqs = json.loads(ev.text).get("max_num_seqs")
+        elif k == lp.BACKEND:
+            if not e.attention_backend:  # the model's own; a drafter or encoder selects its backend later
+                e.attention_backend = ev.text
+        elif k == lp.FACTS:
+            self.image_facts = json.loads(ev.text)
         elif k == lp.EAGER:
             if "--enforce-eager" in ev.text:
                 self._args_eager = True
@@ -213,4 +240,8 @@ class LogState:
             "progress": round(e.progress, 3), "failures": sorted(e.failures),
             "failures_total": dict(sorted(self.failures_total.items())),
             "engines_seen": self.engines_seen, "restarts": self.restarts,
+            "attention_backend": e.attention_backend, "quantization": e.quantization,
+            "kv_cache_dtype": e.kv_cache_dtype, "speculative_method": e.speculative_method,
+            "tensor_parallel_size": e.tensor_parallel_size, "max_num_seqs": e.max_num_seqs,
+            "image_facts": self.image_facts,
         }

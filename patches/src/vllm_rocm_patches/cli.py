@@ -9,16 +9,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__, engine, series, target
-from .errors import EXIT_OK, PatchToolError, TargetNotFound, UsageError
+from . import __version__, engine, known_issues, series, target
+from .errors import EXIT_FAILED, EXIT_OK, PatchToolError, SeriesError, TargetNotFound, UsageError
 
 log = logging.getLogger("vllm_rocm_patches")
 
 DESCRIPTION = """\
 Apply the vLLM ROCm patch series to an installed vLLM, exactly and atomically.
 
-The series (one directory per supported vLLM release under patches/) fixes the CUDA-graph support the
-AITER FlashAttention backend declares (vllm#25104). vLLM is located without importing it: give a
+The series (one directory per supported vLLM release under patches/) backports small upstream fixes of
+known CUDA-graph and ROCm correctness issues (known-issues/known-issues.json says which patch fixes which
+issue). `status` also lists every known issue of the target's release: fixed by the series, fixed upstream,
+or unmitigated (with what to do instead). vLLM is located without importing it: give a
 site-packages directory (or an unpacked wheel root) as TARGET, or --python PYEXE to use the directory
 that interpreter would import vllm from. The release is read from the vllm dist-info METADATA and
 vllm/_version.py, and every target file must have the sha256 recorded for that release before anything
@@ -32,12 +34,16 @@ vllm-*.dist-info/), as a source-build Dockerfile patches before building; name i
 commands:
   status TARGET [--json]             per patch: applicable / applied / fixed upstream / not needed / conflict;
                                      for a release without a series: what its file declares (not needed,
-                                     fixed upstream, affected, or unknown when the file does not say)
+                                     fixed upstream, affected, or unknown when the file does not say);
+                                     per known issue of the release: fixed by the series / fixed upstream /
+                                     unmitigated
   apply  TARGET [--report F] [--dry-run]
                                      apply what is applicable (no fuzz; all files or none; idempotent)
   verify TARGET [--report F]         check the post-conditions on disk (parsed with ast) and the RECORD
   revert TARGET                      restore the released files
   list                               the releases and patches the series holds
+  known-issues [CONFIG] [--json]     the known issues (all, or those a configuration hits; exit 1 when a
+                                     verified wrong_tokens / crash issue applies unmitigated)
 
 exit codes: 0 success (also: nothing to do), 1 conflict / hash mismatch / post-condition failed,
 2 bad usage or TARGET not found.
@@ -76,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"the series directory (default: this repository's patches/; env {series.ENV_SERIES_DIR})",
     )
+    parser.add_argument(
+        "--known-issues",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"the known-issues data (default: known-issues/known-issues.json next to the series dir; env"
+        f" {known_issues.ENV_DATA})",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -93,7 +107,38 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("revert", help="restore TARGET's released files")
     _add_target(p)
     sub.add_parser("list", help="list the releases and patches in the series")
+    _add_known_issues_parser(sub)
     return parser
+
+
+def _add_known_issues_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "known-issues",
+        help="list the known issues, or judge one vLLM configuration against them",
+        description="Without configuration options: every known issue. With any of them: which issues apply to that"
+        " configuration (an option left out is unknown: such issues are reported as `possible`). Exit 1 when a"
+        " verified wrong_tokens / crash issue applies and neither a patch nor --allow mitigates it (what the Helm"
+        " chart refuses).",
+    )
+    p.add_argument("--release", help="vLLM release, e.g. 0.10.2 or 0.10.2+rocm700")
+    p.add_argument("--rocm", help="ROCm version of the image, e.g. 7.0.0")
+    p.add_argument("--arch", help="GPU architecture, e.g. gfx942 or gfx950")
+    p.add_argument("--backend", help="attention backend as vLLM names it: ROCM_AITER_FA, TRITON_ATTN, ROCM_ATTN, ...")
+    p.add_argument("--env", action="append", default=None, metavar="NAME=VALUE",
+                   help="a VLLM_ROCM_* variable of the server (repeat; unset ones take vLLM's default); give"
+                   " --env '' for an environment that sets none")
+    p.add_argument("--kv-cache-dtype", help="auto, fp8, fp8_e4m3, ...")
+    p.add_argument("--quantization", help="--quantization of the server ('none' = unquantized)")
+    p.add_argument("--speculative-method", help="speculative_config.method ('none' = no speculative decoding)")
+    p.add_argument("--tensor-parallel-size", type=int)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--mode", help="cudagraph_mode vLLM runs (default: the release's default when --release is given)")
+    p.add_argument("--patch", action="append", default=[], metavar="ID",
+                   help="an applied patch, vllm-<release>/<file>.patch (repeat)")
+    p.add_argument("--allow", action="append", default=[], metavar="ID", help="an issue id accepted knowingly")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--markdown", action="store_true", help="print the README table")
+    p.add_argument("--write-readme", type=Path, metavar="FILE", help="replace the table block in FILE")
 
 
 def _human(rep: engine.Report) -> str:
@@ -127,8 +172,104 @@ def _human(rep: engine.Report) -> str:
             lines.append(f"      {mark} {c.description} (found {c.found})")
     for note in rep.record_notes:
         lines.append(f"  {note}")
+    lines.extend(_known_issue_lines(rep))
     lines.append(rep.summary or ("ok" if rep.exit_code == EXIT_OK else "failed"))
     return "\n".join(lines)
+
+
+_KI_ORDER = {"unmitigated": 0, "fixed-by-series": 1, "fixed-upstream": 2}
+
+
+def _known_issue_lines(rep: engine.Report) -> list[str]:
+    rows = sorted((k for k in rep.known_issues if k["state"] != "not-affected"), key=lambda k: _KI_ORDER[k["state"]])
+    if not rep.known_issues:
+        return []
+    lines = [f"  known issues of vLLM {rep.target.release} ({rep.known_issues_source}):"]
+    for k in rows:
+        tag = k["symptom"] + ("" if k["verified"] else ", unverified")
+        if k["state"] == "fixed-by-series":
+            what = f"fixed by the series: {k['patch'].split('/', 1)[1]} ({k['patch_state'].replace('-', ' ')})"
+        elif k["state"] == "fixed-upstream":
+            what = f"fixed upstream in {k['first_release']}"
+        else:
+            what = f"UNMITIGATED when {k['conditions']}. {k['advice']}"
+        lines.append(f"    {k['id']} [{tag}]: {what}")
+    rest = len(rep.known_issues) - len(rows)
+    if rest:
+        lines.append(f"    ({rest} more do not affect vLLM {rep.target.release})")
+    return lines
+
+
+def _attach_known_issues(rep: engine.Report, path: Path | None, series_dir: Path) -> None:
+    """Judge the known-issues data for the target's release (the series' patch states mitigate)."""
+    try:
+        data = known_issues.load(path, series_dir)
+        rep.known_issues = known_issues.release_report(data, rep.target.version, rep.patch_states())
+    except known_issues.KnownIssuesError as exc:
+        raise SeriesError(str(exc)) from None
+    rep.known_issues_source = str(data.path)
+
+
+_CONFIG_OPTIONS = ("release", "rocm", "arch", "backend", "env", "kv_cache_dtype", "quantization",
+                   "speculative_method", "tensor_parallel_size", "max_num_seqs", "mode")
+
+
+def _known_issues_command(args: argparse.Namespace, data: known_issues.KnownIssues) -> int:
+    if args.write_readme:
+        try:
+            text = args.write_readme.read_text(encoding="utf-8")
+            args.write_readme.write_text(known_issues.replace_readme_block(text, known_issues.markdown_table(data)),
+                                         encoding="utf-8")
+        except (OSError, known_issues.KnownIssuesError) as exc:
+            raise UsageError(f"cannot update {args.write_readme}: {exc}") from None
+        log.info("wrote the known-issues table into %s", args.write_readme)
+        return EXIT_OK
+    if args.markdown:
+        print(known_issues.markdown_table(data), end="")
+        return EXIT_OK
+    if not any(getattr(args, o) is not None for o in _CONFIG_OPTIONS):
+        rows = [{"id": i.id, "title": i.title, "symptom": i.symptom, "verified": i.verified, "vllm": i.affects["vllm"],
+                 "conditions": known_issues.describe_conditions(i), "advice": i.advice()} for i in data.issues]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for r in rows:
+                print(f"{r['id']} [{r['symptom']}{'' if r['verified'] else ', unverified'}] vLLM {r['vllm']}:"
+                      f" {r['conditions']}")
+        return EXIT_OK
+    env = None
+    if args.env is not None:
+        env = {}
+        for item in (e for e in args.env if e):
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise UsageError(f"--env {item!r}: expected NAME=VALUE")
+            env[name] = value
+    try:
+        mode = args.mode or (known_issues.default_mode(args.release) if args.release else None)
+        cfg = known_issues.Config(
+            release=args.release, rocm=args.rocm, arch=args.arch, attention_backend=args.backend, env=env,
+            kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization,
+            speculative_method=args.speculative_method, tensor_parallel_size=args.tensor_parallel_size,
+            max_num_seqs=args.max_num_seqs, mode=mode, patches=frozenset(args.patch))
+        matches = [m for m in data.evaluate(cfg) if m.status != known_issues.NO]
+        blocking = {m.issue.id for m in data.blocking(cfg, args.allow)}
+    except known_issues.KnownIssuesError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps({"matches": [dict(m.to_json(), blocking=m.issue.id in blocking) for m in matches],
+                          "blocking": sorted(blocking)}, indent=2))
+    else:
+        for m in matches:
+            state = "BLOCKS" if m.issue.id in blocking else m.status + (f", mitigated by {m.mitigated_by}"
+                                                                         if m.mitigated else "")
+            unknown = f" (unknown: {', '.join(m.unknown)})" if m.unknown else ""
+            print(f"{m.issue.id} [{m.issue.symptom}{'' if m.issue.verified else ', unverified'}]: {state}{unknown}")
+            if m.issue.id in blocking:
+                print(f"    {m.issue.advice()}")
+        if not matches:
+            print("no known issue matches this configuration")
+    return EXIT_FAILED if blocking else EXIT_OK
 
 
 def _list(sset: series.SeriesSet) -> str:
@@ -161,9 +302,15 @@ def _write_report(path: Path | None, data: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     sset = series.load(args.series_dir or series.default_series_dir())
+    if args.known_issues is None:
+        known_issues.load(None, sset.root)  # fail before touching anything when the data is missing or broken
+    else:
+        known_issues.load(args.known_issues)
     if args.command == "list":
         print(_list(sset))
         return EXIT_OK
+    if args.command == "known-issues":
+        return _known_issues_command(args, known_issues.load(args.known_issues, sset.root))
     if args.target and args.python:
         raise UsageError("give either TARGET or --python, not both")
     root = target.resolve_root(args.target, args.python)
@@ -183,6 +330,7 @@ def run(args: argparse.Namespace) -> int:
         rep = engine.verify(sset, tgt)
     else:
         rep = engine.revert(sset, tgt)
+    _attach_known_issues(rep, args.known_issues, sset.root)
     data = rep.to_json()
     _write_report(getattr(args, "report", None), data)
     if getattr(args, "json", False):

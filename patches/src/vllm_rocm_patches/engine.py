@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, fsio, pysource, series, unidiff
-from .errors import EXIT_FAILED, EXIT_OK, PatchConflict, SeriesError, WriteError
+from .errors import EXIT_FAILED, EXIT_OK, PatchConflict, WriteError
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,19 @@ class Report:
     # which release files of the series the target's files are byte-identical to, e.g. "0.10.2 pristine"
     content_matches: list[str] = field(default_factory=list)
     series_why: str = ""  # which series serves this release and why (its own, or one that covers it)
+    # known-issues/known-issues.json judged for this release (known_issues.release_report), and its path
+    known_issues: list[dict[str, Any]] = field(default_factory=list)
+    known_issues_source: str = ""
+
+    @property
+    def fixed_issues(self) -> list[str]:
+        """Issue ids whose patch of the series is applied on the target (what an image built from it fixes)."""
+        return [k["id"] for k in self.known_issues if k.get("state") == "fixed-by-series"
+                and k.get("patch_state") == APPLIED]
+
+    def patch_states(self) -> dict[str, str]:
+        """`vllm-<release>/<patch file>` -> state, the patch ids the known-issues data names."""
+        return {f"{self.series_id}/{e.id}": e.state for e in self.entries if e.kind == "patch"}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +108,8 @@ class Report:
             "exit_code": self.exit_code,
             "summary": self.summary,
             "record": self.record_notes,
+            "known_issues": {"source": self.known_issues_source, "fixed_by_applied_patches": self.fixed_issues,
+                             "issues": self.known_issues},
         }
 
 
@@ -131,68 +146,108 @@ def _patch_texts(fps: list[unidiff.FilePatch], current: dict[str, bytes], revers
     return out
 
 
-def _analyze_patch(entry: series.Entry, root: Path, release: str) -> EntryResult:
-    res = EntryResult(entry.id, entry.fix, "patch", CONFLICT, "", spec=entry)
-    current: dict[str, bytes] = {}
-    problems: list[str] = []
-    states = set()
-    for rel, hashes in entry.files.items():
+def _analyze_patches(entries: list[series.Entry], root: Path, release: str) -> dict[int, EntryResult]:
+    """The state of every patch of a release, stacked patches included.
+
+    Each touched file's hash must be one link of its chain (released file, then the result of each patch that
+    touches it, in series order): the link says how far the stack is applied to that file. A patch is applied
+    when every file it touches is at or past its link, applicable when every one is before it; the texts that
+    `apply` / `revert` would write are computed here in series order (reverse order for revert), each step
+    checked against the pinned hash, before anything is written.
+    """
+    chains = series.file_chains(entries)
+    disk: dict[str, bytes] = {}
+    position: dict[str, int | None] = {}
+    problems: dict[str, str] = {}
+    for rel, chain in chains.items():
         data = _read(root, rel)
-        pristine, patched = hashes["pristine_sha256"], hashes["patched_sha256"]
-        actual = fsio.sha256_bytes(data) if data is not None else None
-        res.files[rel] = {"before": actual, "pristine_sha256": pristine, "patched_sha256": patched}
         if data is None:
-            problems.append(f"{rel}: file missing (vLLM {release} ships it)")
+            problems[rel] = f"{rel}: file missing (vLLM {release} ships it)"
             continue
-        current[rel] = data
-        if actual == pristine:
-            states.add(APPLICABLE)
-        elif actual == patched:
-            states.add(APPLIED)
+        disk[rel] = data
+        actual = fsio.sha256_bytes(data)
+        # the last matching link: a patch that changes nothing in a file would repeat a hash
+        links = [i for i, h in enumerate(chain) if h == actual]
+        position[rel] = links[-1] if links else None
+        if not links:
+            problems[rel] = (
+                f"{rel}: sha256 mismatch: expected the released file {chain[0]} (vLLM {release}) or the result of"
+                f" the series' patches ({', '.join(chain[1:])}), found {actual}; refusing to patch a file that is"
+                " not the released one"
+            )
+    results: dict[int, EntryResult] = {}
+    seen: dict[str, int] = {}  # file -> how many patches so far touched it (the entry's link index - 1)
+    for idx, entry in enumerate(entries):
+        if entry.state != "patch":
+            continue
+        res = EntryResult(entry.id, entry.fix, "patch", CONFLICT, "", spec=entry)
+        results[idx] = res
+        states = set()
+        msgs = []
+        for rel, hashes in entry.files.items():
+            link = seen.get(rel, 0) + 1
+            seen[rel] = link
+            actual = fsio.sha256_bytes(disk[rel]) if rel in disk else None
+            res.files[rel] = {"before": actual, "pristine_sha256": hashes["pristine_sha256"],
+                              "patched_sha256": hashes["patched_sha256"]}
+            if rel in problems:
+                msgs.append(problems[rel])
+            else:
+                states.add(APPLIED if (position[rel] or 0) >= link else APPLICABLE)
+        if msgs:
+            res.message = "; ".join(dict.fromkeys(msgs))
+        elif len(states) > 1:
+            res.message = "some files are patched and others pristine: " + ", ".join(
+                f"{k}={v['before']}" for k, v in res.files.items()
+            )
         else:
-            problems.append(
-                f"{rel}: sha256 mismatch: expected pristine {pristine} (vLLM {release})"
-                f" or patched {patched}, found {actual}; refusing to patch a file that is not the"
-                f" released one"
-            )
-    if problems:
-        res.message = "; ".join(problems)
-        return res
-    res.postconditions = _checks(entry, current)  # what the files on disk say now
-    if states == {APPLIED}:
+            res.state = states.pop()
+            res.message = "already applied" if res.state == APPLIED else "pristine, the patch applies exactly"
+            res.postconditions = _checks(entry, disk)  # what the files on disk say now
+    _stack_texts(entries, results, disk, forward=True)
+    _stack_texts(entries, results, disk, forward=False)
+    return results
+
+
+def _stack_texts(entries: list[series.Entry], results: dict[int, EntryResult], disk: dict[str, bytes],
+                 forward: bool) -> None:
+    """Fill `forward` (apply every applicable patch in series order) or `reverse` (revert every applied patch in
+    reverse order) with the texts after each step; a step that fails marks its patch as a conflict."""
+    work = dict(disk)
+    order = sorted(results) if forward else sorted(results, reverse=True)
+    want = APPLICABLE if forward else APPLIED
+    for idx in order:
+        res, entry = results[idx], entries[idx]
+        if res.state != want:
+            continue
         try:
-            res.reverse = _patch_texts(entry.file_patches, current, reverse=True)
+            out = _patch_texts(entry.file_patches, work, reverse=not forward)
         except PatchConflict as exc:
-            res.message = f"patched hash matches but the patch does not reverse-apply: {exc}"
-            return res
-        res.state, res.message = APPLIED, "already applied"
-    elif states == {APPLICABLE}:
-        try:
-            res.forward = _patch_texts(entry.file_patches, current, reverse=False)
-        except PatchConflict as exc:
-            res.message = str(exc)
-            return res
-        for rel, data in res.forward.items():
+            what = "the patch does not apply" if forward else "patched hash matches but the patch does not reverse"
+            res.state, res.message = CONFLICT, f"{what}: {exc}"
+            return
+        pin = "patched_sha256" if forward else "pristine_sha256"
+        for rel, data in out.items():
             got = fsio.sha256_bytes(data)
-            if got != entry.files[rel]["patched_sha256"]:
+            if got != entry.files[rel][pin]:
+                res.state = CONFLICT
                 res.message = (
-                    f"{rel}: patch result has sha256 {got}, series.json expects "
-                    f"{entry.files[rel]['patched_sha256']} (broken series)"
+                    f"{rel}: patch result has sha256 {got}, series.json expects {entry.files[rel][pin]} (broken series)"
                 )
-                return res
-        # checked on the result before anything is written
-        failed = [c for c in _checks(entry, res.forward) if not c.ok]
-        if failed:
-            res.message = "the patched text would fail: " + "; ".join(
-                f"{c.description} (found {c.found})" for c in failed
-            )
-            return res
-        res.state, res.message = APPLICABLE, "pristine, the patch applies exactly"
-    else:
-        res.message = "some files are patched and others pristine: " + ", ".join(
-            f"{k}={v['before']}" for k, v in res.files.items()
-        )
-    return res
+                return
+        if forward:
+            failed = [c for c in _checks(entry, {**work, **out}) if not c.ok]
+            if failed:  # checked on the result before anything is written
+                res.state = CONFLICT
+                res.message = "the patched text would fail: " + "; ".join(
+                    f"{c.description} (found {c.found})" for c in failed
+                )
+                return
+        work.update(out)
+        if forward:
+            res.forward = {rel: work[rel] for rel in out}
+        else:
+            res.reverse = {rel: work[rel] for rel in out}
 
 
 def _analyze_record(entry: series.Entry, root: Path, release: str, sset: series.SeriesSet) -> EntryResult:
@@ -298,22 +353,32 @@ def _analyze_unknown(fix: series.Fix, target: Target, sset: series.SeriesSet) ->
 
 
 def content_matches(sset: series.SeriesSet, root: Path) -> list[str]:
-    """The release each target file is byte-identical to (`0.10.2 pristine` / `0.10.2 patched`).
+    """The release whose files the target's are byte-identical to (`0.10.2 pristine` / `0.10.2 patched`).
 
-    The second opinion on the release, next to the metadata: it names the release a file really comes
-    from when the metadata lies or is missing.
+    The second opinion on the release, next to the metadata: it names the release a file really comes from when
+    the metadata lies or is missing. A release counts only when every file its series pins matches (a file two
+    releases share, e.g. an unchanged kv_cache.py, says nothing alone): all released files (`pristine`), or
+    all files as the whole series leaves them (`patched`).
     """
     hashes: dict[str, str | None] = {}
+
+    def actual(rel: str) -> str | None:
+        if rel not in hashes:
+            hashes[rel] = fsio.sha256_file(root / rel)
+        return hashes[rel]
+
     out: list[str] = []
     for rel_id, rs in sorted(sset.releases.items(), key=lambda kv: _release_key(kv[0])):
-        for e in rs.entries:
-            for rel, pins in e.files.items():
-                if rel not in hashes:
-                    hashes[rel] = fsio.sha256_file(root / rel)
-                for kind in ("pristine", "patched"):
-                    if hashes[rel] is not None and pins.get(f"{kind}_sha256") == hashes[rel]:
-                        out.append(f"{rel_id} {kind}")
-    return list(dict.fromkeys(out))
+        chains = series.file_chains(rs.entries)
+        records = {f: h["pristine_sha256"] for e in rs.entries if e.state != "patch" for f, h in e.files.items()}
+        if not chains and not records:
+            continue
+        if all(actual(f) == h for f, h in records.items()):
+            if chains and all(actual(f) == c[0] for f, c in chains.items()) or not chains:
+                out.append(f"{rel_id} pristine")
+            elif chains and all(actual(f) == c[-1] for f, c in chains.items()):
+                out.append(f"{rel_id} patched")
+    return out
 
 
 def _release_key(release: str) -> list[int]:
@@ -350,13 +415,14 @@ def analyze(sset: series.SeriesSet, target: Target, command: str) -> Report:
         log.info(
             "vLLM %s is not a release the series knows (%s); classifying by file content",
             target.version,
-            ", ".join(sorted([*sset.releases, *(c for rs in sset.releases.values() for c in rs.covers)])),
+            ", ".join(sorted([*sset.releases, *(c for r in sset.releases.values() for c in r.covers)])),
         )
-        rep.entries = [_analyze_unknown(fix, target, sset) for fix in sset.fixes.values()]
+        rep.entries = [_analyze_unknown(fix, target, sset) for fix in sset.fixes.values() if fix.classifies_content]
     else:
-        for entry in rs.entries:
+        patches = _analyze_patches(rs.entries, target.root, rs.release)
+        for idx, entry in enumerate(rs.entries):
             if entry.state == "patch":
-                rep.entries.append(_analyze_patch(entry, target.root, rs.release))
+                rep.entries.append(patches[idx])
             else:
                 rep.entries.append(_analyze_record(entry, target.root, rs.release, sset))
     rep.content_matches = content_matches(sset, target.root)
@@ -435,10 +501,7 @@ def apply(sset: series.SeriesSet, target: Target, dry_run: bool = False) -> Repo
     if todo is None:
         return rep
     contents: dict[str, bytes] = {}
-    for e in todo:
-        overlap = set(contents) & set(e.forward)
-        if overlap:  # series.load refuses this; keep the guard so a stacked series can never half-apply
-            raise SeriesError(f"two patches of one release touch {sorted(overlap)}; not supported")
+    for e in todo:  # in series order: a stacked patch's text already contains the ones before it
         contents.update(e.forward)
     if not todo:
         rep.summary = "nothing to do: " + "; ".join(
@@ -465,7 +528,7 @@ def revert(sset: series.SeriesSet, target: Target) -> Report:
     if todo is None:
         return rep
     contents: dict[str, bytes] = {}
-    for e in todo:
+    for e in reversed(todo):  # reverse series order: the earliest patch's reverse text is the released file
         contents.update(e.reverse)
     if todo:
         if not _write_or_report(target, contents, rep):

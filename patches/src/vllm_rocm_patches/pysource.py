@@ -59,6 +59,11 @@ def imports_name(tree: ast.Module, module: str, name: str) -> bool:
     return False
 
 
+def count_expression(tree: ast.AST, normalised: str) -> int:
+    """Occurrences of an expression (in normalised source form) anywhere in `tree`, assignment targets included."""
+    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.expr) and ast.unparse(node) == normalised)
+
+
 def check(source: str, filename: str, cond: dict[str, Any]) -> CheckResult:
     """Evaluate one post-condition from series.json against `source`."""
     kind = cond["kind"]
@@ -66,6 +71,13 @@ def check(source: str, filename: str, cond: dict[str, Any]) -> CheckResult:
         tree = ast.parse(source, filename)
     except SyntaxError as exc:
         return CheckResult(f"{filename} parses", False, f"SyntaxError: {exc}")
+    if kind == "expression-count":
+        # How often an expression occurs, compared as normalised source (ast.unparse of both sides), so a
+        # reformatted line still counts and a string or comment that merely mentions it does not.
+        want = ast.unparse(ast.parse(cond["expression"], mode="eval").body)
+        n = count_expression(tree, want)
+        desc = f"{filename}: `{want}` occurs {cond['equals']} time(s)"
+        return CheckResult(desc, n == cond["equals"], f"{n} time(s)")
     if kind == "imports-name":
         desc = f"{filename} imports {cond['name']} from {cond['module']}"
         ok = imports_name(tree, cond["module"], cond["name"])

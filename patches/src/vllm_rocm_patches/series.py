@@ -32,11 +32,17 @@ def default_series_dir() -> Path:
 class Fix:
     id: str
     title: str
-    file: str
-    cls: str
-    attributes: list[str]
-    content_states: dict[str, dict[str, str]]
-    upstream_states: list[dict[str, Any]]
+    # How a release the series does not know is classified by what its file declares (optional: only fixes
+    # whose effect shows in one class attribute have it).
+    file: str = ""
+    cls: str = ""
+    attributes: list[str] = field(default_factory=list)
+    content_states: dict[str, dict[str, str]] = field(default_factory=dict)
+    upstream_states: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def classifies_content(self) -> bool:
+        return bool(self.file and self.cls and self.attributes and self.content_states)
 
 
 @dataclass
@@ -141,10 +147,10 @@ def _load_fixes(root: Path) -> dict[str, Fix]:
             fixes[raw["id"]] = Fix(
                 raw["id"],
                 raw.get("title", ""),
-                raw["file"],
-                raw["class"],
-                list(raw["attributes"]),
-                dict(raw["content_states"]),
+                raw.get("file", ""),
+                raw.get("class", ""),
+                list(raw.get("attributes", [])),
+                dict(raw.get("content_states", {})),
                 list(raw.get("upstream_states", [])),
             )
         except KeyError as exc:
@@ -169,14 +175,7 @@ def _load_release(directory: Path, fixes: dict[str, Fix]) -> ReleaseSeries:
         if entry.state == "patch" and release not in entry.targets:
             raise SeriesError(f"{meta_path}: {entry.id} targets {entry.targets}, not this release {release}")
         entries.append(entry)
-    seen: dict[str, str] = {}
-    for e in entries:  # one entry per file per release keeps every state decidable from a single hash
-        for path in e.files:
-            if path in seen:
-                raise SeriesError(
-                    f"{meta_path}: {path} is used by both {seen[path]} and {e.id}; stack them into one patch"
-                )
-            seen[path] = e.id
+    _check_chains(entries, meta_path)
     in_meta = [e.patch_name for e in entries if e.patch_name]
     if in_meta != listed:
         raise SeriesError(f"{directory}: 'series' lists {listed} but series.json describes {in_meta}")
@@ -185,6 +184,40 @@ def _load_release(directory: Path, fixes: dict[str, Fix]) -> ReleaseSeries:
     if not isinstance(covers, dict) or not all(isinstance(v, str) and v for v in covers.values()):
         raise SeriesError(f"{meta_path}: 'covers' must map each release to why this series serves it")
     return ReleaseSeries(release, directory, entries, sha, {str(k): v for k, v in covers.items()})
+
+
+def _check_chains(entries: list[Entry], meta_path: Path) -> None:
+    """Patches of one release may touch the same file (stacked, quilt-style): each one's pristine hash must then
+    be the previous one's patched hash, so every on-disk state of the file names how far the stack is applied.
+    A fixed-upstream / not-needed record shares its file with nothing."""
+    last: dict[str, tuple[str, str]] = {}  # file -> (entry id, hash after it)
+    records: dict[str, str] = {}
+    for e in entries:
+        for path, hashes in e.files.items():
+            if e.state != "patch" or path in records:
+                other = records.get(path) or (last[path][0] if path in last else None)
+                if other is not None:
+                    raise SeriesError(f"{meta_path}: {path} is used by both {other} and {e.id}; a record entry"
+                                      " shares its file with nothing")
+                records[path] = e.id
+                continue
+            if path in last and hashes["pristine_sha256"] != last[path][1]:
+                raise SeriesError(
+                    f"{meta_path}: {e.id} expects {path} with sha256 {hashes['pristine_sha256']}, but the patch"
+                    f" before it ({last[path][0]}) leaves {last[path][1]}: stacked patches must chain"
+                )
+            last[path] = (e.id, hashes["patched_sha256"])
+
+
+def file_chains(entries: list[Entry]) -> dict[str, list[str]]:
+    """file -> [hash before the first patch touching it, hash after each such patch in series order]."""
+    chains: dict[str, list[str]] = {}
+    for e in entries:
+        if e.state != "patch":
+            continue
+        for path, hashes in e.files.items():
+            chains.setdefault(path, [hashes["pristine_sha256"]]).append(hashes["patched_sha256"])
+    return chains
 
 
 def _load_entry(raw: dict[str, Any], directory: Path, meta_path: Path, fixes: dict[str, Fix]) -> Entry:

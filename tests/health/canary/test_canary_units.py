@@ -11,6 +11,8 @@ from vllm_rocm_health.canary import CanaryConfig, CanaryRunner, fingerprint, pro
 from vllm_rocm_health.canary.baseline import Baseline, BaselineError
 from vllm_rocm_health.canary.runner import budget
 
+from tests.support.canary import make_baseline
+
 
 def test_problems_are_seeded_and_exact() -> None:
     a, b = problems.generate(7, 20), problems.generate(7, 20)
@@ -42,17 +44,14 @@ def test_fingerprint_drift() -> None:
 
 
 def _baseline(**kw) -> Baseline:
-    args = dict(model="m", seed=1, num_problems=2, max_tokens=8, answers=[3, 4], score=1.0,
-                fingerprints=[[None, -1.0]])
-    args.update(kw)
-    return Baseline(**args)
+    return make_baseline(**{"seed": 1, "num_problems": 2, **kw})
 
 
 def test_baseline_round_trip_and_validation(tmp_path: Path) -> None:
     path = tmp_path / "b.json"
     _baseline().save(path)
     loaded = Baseline.load(path)
-    assert loaded.answers == [3, 4]
+    assert loaded.answers == [p.answer for p in problems.generate(1, 2)]
     loaded.check_matches("m", 1, 2)
     with pytest.raises(BaselineError, match="model 'other' != baseline's 'm'"):
         loaded.check_matches("other", 1, 2)
@@ -67,7 +66,7 @@ def test_baseline_errors_are_clear(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(BaselineError, match="unreadable"):
         Baseline.load(bad)
-    _baseline(answers=[1]).save(bad)
+    _baseline(answers=[1], score=0.0).save(bad)
     with pytest.raises(BaselineError, match="1 answers for 2 problems"):
         Baseline.load(bad)
 

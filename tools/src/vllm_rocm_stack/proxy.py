@@ -2,19 +2,23 @@
 
 `switch()` re-points it (a right-answer server becomes a wrong-answer one at a known instant); `fault` injects
 what a real server cannot be told to do on cue: `down` (connections dropped without an answer, as while vLLM
-restarts), `5xx` (HTTP 503) and `slow` (answers held back by `delay` seconds). With no fault, requests and
-answers pass unchanged: what the client sees is the real server's output.
+restarts), `5xx` (HTTP 503), `slow` (answers held back by `delay` seconds) and `malformed` (completions answered
+HTTP 200 with a body of the wrong shape: a list where vLLM sends an object). With no fault, requests and answers
+pass unchanged: what the client sees is the real server's output.
 """
 from __future__ import annotations
 
+import http.client
+import select
+import socket
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
-FAULTS = (None, "down", "5xx", "slow")
+FAULTS = (None, "down", "5xx", "slow", "malformed")
+MALFORMED_BODY = b'[{"text": " 7"}]'  # 200, JSON, the wrong shape
 
 
 class SwitchableProxy:
@@ -41,27 +45,55 @@ class SwitchableProxy:
                     time.sleep(proxy.delay)
                 if fault == "5xx":
                     status, headers, data = 503, {"Content-Type": "text/plain"}, b"injected: service unavailable"
+                elif fault == "malformed" and self.path == "/v1/completions":
+                    status, headers, data = 200, {"Content-Type": "application/json"}, MALFORMED_BODY
                 else:
                     status, headers, data = self._upstream(body)
-                self.send_response(status)
-                for k, v in headers.items():
-                    if k.lower() not in _HOP:
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    for k, v in headers.items():
+                        if k.lower() not in _HOP:
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client has gone (it timed out): nobody to answer
+                    self.close_connection = True
 
             def _upstream(self, body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+                """Forward to the upstream; if our client hangs up first (a canary request that timed out), hang
+                up on the upstream too, so that vLLM aborts the request as it would for a direct client. A proxy
+                that kept waiting would keep every abandoned request running on the server."""
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-                req = urllib.request.Request(proxy.upstream + self.path, data=body, headers=headers,
-                                             method=self.command)
+                u = urllib.parse.urlsplit(proxy.upstream)
+                conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=120)
+                done = threading.Event()
+                watcher = threading.Thread(target=self._hang_up_with_client, args=(conn, done), daemon=True)
                 try:
-                    with urllib.request.urlopen(req, timeout=120) as r:
-                        return r.status, dict(r.headers.items()), r.read()
-                except urllib.error.HTTPError as e:
-                    return e.code, dict(e.headers.items()), e.read()
-                except OSError as e:  # upstream unreachable: a gateway's answer
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    watcher.start()
+                    r = conn.getresponse()
+                    return r.status, dict(r.getheaders()), r.read()
+                except OSError as e:  # upstream unreachable, or cut because the client left: a gateway's answer
                     return 502, {"Content-Type": "text/plain"}, str(e).encode()
+                finally:
+                    done.set()
+                    conn.close()
+
+            def _hang_up_with_client(self, conn: http.client.HTTPConnection, done: threading.Event) -> None:
+                client = self.connection
+                while not done.is_set():
+                    ready, _, _ = select.select([client], [], [], 0.1)
+                    if ready and not done.is_set():
+                        try:
+                            gone = client.recv(1, socket.MSG_PEEK) == b""
+                        except OSError:
+                            gone = True
+                        if gone:
+                            if conn.sock is not None:
+                                conn.sock.shutdown(socket.SHUT_RDWR)
+                            return
+                        time.sleep(0.1)  # pipelined bytes of a next request: not a hang-up
 
             do_GET = do_POST = _forward  # noqa: N815 - http.server's naming
 

@@ -20,7 +20,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get(url: str, timeout: float = 3.0) -> tuple[int, bytes]:
+def get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, r.read()
@@ -37,17 +37,20 @@ class SidecarProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "vllm_rocm_health", "serve",
                                       "--listen", f"127.0.0.1:{self.port}", *args],
                                      stdout=self._out, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 20
+        # Generous: a Python start with its imports takes ~1 s idle and several times that on a loaded machine.
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self._out.close()
                 raise RuntimeError(f"sidecar exited {self.proc.returncode}: {log_path.read_text()[-2000:]}")
             try:
-                if get(self.url + "/healthz", 1)[0] == 200:
+                if get(self.url + "/healthz", 2)[0] == 200:
                     return
             except OSError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError("sidecar did not start")
+        self.stop()
+        raise RuntimeError(f"sidecar did not answer /healthz within 90 s: {log_path.read_text()[-2000:]}")
 
     def metrics(self) -> str:
         return get(self.url + "/metrics")[1].decode()
@@ -71,12 +74,12 @@ class SidecarProcess:
         code, body = get(self.url + "/readyz")
         return code, json.loads(body)
 
-    def wait_for(self, pred: Callable[[], object], timeout: float = 10.0) -> bool:
+    def wait_for(self, pred: Callable[[], object], timeout: float = 10.0, poll: float = 0.2) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if pred():
                 return True
-            time.sleep(0.05)
+            time.sleep(poll)
         return bool(pred())
 
     def stop(self) -> int:

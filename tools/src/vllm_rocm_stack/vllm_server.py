@@ -69,8 +69,8 @@ class VllmServer:
         self.process.start()
         try:
             ok = wait_until(self.healthy, timeout, interval=0.5, on_tick=progress)
-        except RuntimeError:
-            self.process.stop(timeout=5)
+        except BaseException:  # exited early, Ctrl-C, or a test runner's timeout: never leave it running
+            self.process.stop(timeout=10)
             raise
         if not ok:
             tail = self.process.log_tail(40)

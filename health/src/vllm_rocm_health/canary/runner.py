@@ -3,16 +3,18 @@ fingerprint; compared with the baseline. The sidecar (app.py) runs it periodical
 from __future__ import annotations
 
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 from prometheus_client import CollectorRegistry
 
 from . import fingerprint, problems
 from .baseline import Baseline, BaselineError
-from .client import CanaryError, CompletionClient
+from .client import TIMEOUT, CanaryError, CompletionClient
 from .config import CanaryConfig
 from .metrics import CanaryMetrics
 
@@ -28,6 +30,13 @@ class CanaryResult:
     idle_probe: bool | None = None  # None: no idle probe this run
     answers: list[int | None] = field(default_factory=list)
     duration: float = 0.0
+    error_kind: str = ""  # for outcome "error": timeout, connection, http_status, malformed_response, ...
+    http_status: int | None = None
+
+    @property
+    def server_slow(self) -> bool:
+        """The error says the server is slow or overloaded: the next run should back off, not pile on."""
+        return self.error_kind == TIMEOUT or self.http_status in (429, 503)
 
 
 def budget(cfg: CanaryConfig) -> tuple[int, int]:
@@ -39,8 +48,10 @@ def budget(cfg: CanaryConfig) -> tuple[int, int]:
 
 
 class CanaryRunner:
-    def __init__(self, cfg: CanaryConfig, base_url: str, registry: CollectorRegistry, model: str | None = None) -> None:
+    def __init__(self, cfg: CanaryConfig, base_url: str, registry: CollectorRegistry, model: str | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
         self.cfg = cfg
+        self.transport = transport
         self.base_url = base_url
         self.model = model
         self.metrics = CanaryMetrics(registry)
@@ -52,6 +63,7 @@ class CanaryRunner:
         self.last_reason = "no canary run yet"
         self.last_result: CanaryResult | None = None
         self._last_traffic = 0.0  # monotonic time of the last canary request; 0 = never
+        self.last_pass = 0.0  # monotonic time the last passing run ended; 0 = never
         self._http: CompletionClient | None = None
         n_problems, _ = budget(cfg)
         if n_problems < cfg.num_problems:
@@ -64,6 +76,11 @@ class CanaryRunner:
                 self.baseline.check_matches(model, cfg.seed, cfg.num_problems)
             else:
                 self.baseline.check_matches(self.baseline.model, cfg.seed, cfg.num_problems)
+            if self.threshold <= 0.0:
+                raise BaselineError(
+                    f"baseline score {self.baseline.score:.2f} minus --canary-score-tolerance {cfg.score_tolerance} "
+                    "leaves a threshold of 0: the score check could never fail. Record the baseline with a model and "
+                    "problem set it answers (most sums right), or lower the tolerance")
             self.metrics.threshold.set(self.threshold)
 
     @property
@@ -84,7 +101,8 @@ class CanaryRunner:
         # cost ~40 KiB of native memory each that the allocator did not give back (RSS grew ~4 MiB per 100 runs).
         if self._http is None:
             self._http = CompletionClient(self.base_url, self.cfg.timeout, on_request=self.metrics.requests.inc,
-                                          on_usage=self.metrics.count_usage)
+                                          on_usage=self.metrics.count_usage, transport=self.transport,
+                                          on_abandon=self.metrics.abandoned.inc)
         return self._http
 
     def close(self) -> None:
@@ -92,14 +110,31 @@ class CanaryRunner:
             self._http.close()
             self._http = None
 
+    @property
+    def max_run_seconds(self) -> float:
+        """How long one run can take at most: each request is bounded by the timeout, and a run makes at most this
+        many rounds of them (model id, idle probe, the problems `concurrency` at a time, the fingerprint texts).
+        A canary thread silent for longer than this plus an interval is stuck."""
+        n_problems, _ = budget(self.cfg)
+        rounds = 2 + -(-n_problems // self.cfg.concurrency) + len(fingerprint.REFERENCE_TEXTS)
+        return rounds * self.cfg.timeout + 5.0
+
     def run_once(self) -> CanaryResult:
+        """One run; never raises. Whatever goes wrong inside it (a server error, a body of a shape nobody foresaw,
+        a bug here) is an `error` outcome, recorded like any other: a verdict is `pass` only when the run got to
+        the end and every check was made and right."""
         if self.baseline is None:
             raise RuntimeError("canary has no baseline (set --canary-baseline)")
         t0 = time.monotonic()
         try:
             result = self._run(self._client(), self.baseline, t0)
-        except (CanaryError, BaselineError) as e:
-            result = CanaryResult("error", str(e))
+        except CanaryError as e:
+            result = CanaryResult("error", str(e), error_kind=e.kind, http_status=e.status)
+        except BaselineError as e:
+            result = CanaryResult("error", str(e), error_kind="baseline_mismatch")
+        except Exception as e:  # noqa: BLE001 - never let a crash leave the previous pass standing
+            log.exception("canary run crashed")
+            result = CanaryResult("error", f"internal error: {type(e).__name__}: {e}", error_kind="internal")
         finally:
             self._last_traffic = time.monotonic()
         result.duration = time.monotonic() - t0
@@ -121,31 +156,30 @@ class CanaryRunner:
             idle_ok = answers[0] == base.answers[0]
 
         # Long prompts in flight while the problems decode: mixed prefill+decode batches, the broken shape.
+        # At most concurrency + long_prompts requests are in flight (budget keeps that within max_requests); on
+        # the first failure the requests not yet sent are cancelled, and the pool waits for those in flight
+        # (each bounded by the timeout), so a run never leaves requests behind on the server.
         start = 1 if idle_ok is not None else 0
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency) + n_long) as pool:
             longs = [pool.submit(client.complete, model, problems.LONG_TEXT + f"\n\nPart {i}:", self.cfg.max_tokens)
                      for i in range(n_long)]
             futs = {i: pool.submit(client.complete, model, todo[i].prompt, self.cfg.max_tokens)
                     for i in range(start, len(todo))}
-            for i, f in futs.items():
-                answers[i] = problems.parse_answer(f.result())
-            for f in longs:
-                f.result()  # a failure here is a server error too
+            try:
+                for i, f in futs.items():
+                    answers[i] = problems.parse_answer(f.result())
+                for f in longs:
+                    f.result()  # a failure here is a server error too
+            except BaseException:
+                for f in (*futs.values(), *longs):
+                    f.cancel()
+                raise
 
         score = problems.score(todo, answers)
         current = [client.prompt_logprobs(model, t) for t in fingerprint.REFERENCE_TEXTS]
         drift = fingerprint.drift(base.fingerprints, current)
-
-        failures = []
-        if score < self.threshold:
-            failures.append(f"score {score:.2f} < threshold {self.threshold:.2f} (baseline {base.score:.2f})")
-        if drift > self.cfg.fingerprint_tolerance:
-            failures.append(f"fingerprint drift {drift:.3f} > {self.cfg.fingerprint_tolerance} nats")
-        if idle_ok is False:
-            failures.append(f"after-idle probe answered {answers[0]}, baseline {base.answers[0]}")
-        outcome = "fail" if failures else "pass"
-        reason = "; ".join(failures) or f"score {score:.2f}, drift {drift:.3f}"
-        return CanaryResult(outcome, reason, score, drift, idle_ok, answers)
+        return judge(score, self.threshold, base.score, drift, self.cfg.fingerprint_tolerance, idle_ok,
+                     answers, base.answers[0] if base.answers else None)
 
     def _record(self, r: CanaryResult) -> None:
         m = self.metrics
@@ -161,10 +195,30 @@ class CanaryRunner:
         m.passing.set(1 if self._passing else 0)
         if self._passing:
             m.last_success.set(time.time())
+            self.last_pass = time.monotonic()
+        if r.outcome == "error":
+            m.errors.labels(r.error_kind or "internal").inc()
         self.last_reason = f"canary {r.outcome}: {r.reason}"
         self.last_result = r
         level = logging.INFO if r.outcome == "pass" and previous is not False else logging.WARNING
         log.log(level, "canary %s in %.1f s: %s", r.outcome, r.duration, r.reason)
+
+
+def judge(score: float, threshold: float, baseline_score: float, drift: float, tolerance: float,
+          idle_ok: bool | None, answers: list[int | None], baseline_first: int | None) -> CanaryResult:
+    """The verdict of one completed run. `pass` needs every measurement present, finite and inside its bound,
+    written as positive conditions: a NaN compares false with everything, so `not drift > tolerance` would pass
+    it; `drift <= tolerance` does not."""
+    failures = []
+    if not (math.isfinite(score) and score >= threshold):
+        failures.append(f"score {score:.2f} < threshold {threshold:.2f} (baseline {baseline_score:.2f})")
+    if not (math.isfinite(drift) and drift <= tolerance):
+        failures.append(f"fingerprint drift {drift:.3f} > {tolerance} nats")
+    if idle_ok is False:
+        failures.append(f"after-idle probe answered {answers[0]}, baseline {baseline_first}")
+    if failures:
+        return CanaryResult("fail", "; ".join(failures), score, drift, idle_ok, answers)
+    return CanaryResult("pass", f"score {score:.2f}, drift {drift:.3f}", score, drift, idle_ok, answers)
 
 
 def record_baseline(cfg: CanaryConfig, base_url: str, model: str | None = None, notes: str = "") -> Baseline:

@@ -1,0 +1,91 @@
+"""Which known issues (known-issues/known-issues.json) the watched server hits, judged from its log at run time.
+
+The rows and their semantics are the patch tool's (`vllm_rocm_patches.known_issues`, one evaluator for every
+consumer); this module only turns the log state into its `Config`:
+
+- release: the engine line `Initializing a V1 LLM engine (v0.10.2)`; mode: the effective cudagraph_mode
+  (NONE when eager), as the capture bars / downgrade warnings show it;
+- attention backend: the selection line of platforms/rocm.py (logparse._BACKEND_*);
+- quantization, kv_cache_dtype, speculative method, tensor_parallel_size: the engine config line;
+  max_num_seqs: `non-default args` (unknown when left at vLLM's default);
+- ROCm version, applied patches and the VLLM_ROCM_* environment: vLLM logs none of them (no release from 0.10
+  to 0.33 prints the HIP version or the GPU arch), so they come from the image entrypoint's `vllm-rocm facts:`
+  line, or from VLLM_HEALTH_ROCM_VERSION / VLLM_HEALTH_GPU_ARCH (set by the chart).
+Whatever is unknown leaves a row `possible`, never `active`: the metric only says active for a row every
+condition of which the log (or the deployment) established.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from vllm_rocm_patches import known_issues as ki
+
+from .state import LogState
+
+log = logging.getLogger(__name__)
+
+ENV_ROCM = "VLLM_HEALTH_ROCM_VERSION"
+ENV_ARCH = "VLLM_HEALTH_GPU_ARCH"
+
+
+@dataclass
+class Judgement:
+    """The outcome for one snapshot of the log state."""
+
+    ok: bool
+    reason: str = ""
+    matches: list[ki.Match] = field(default_factory=list)
+
+
+class KnownIssueJudge:
+    """Loads the data once; `judge(state)` is pure and cheap (a few dozen rows), so it runs at scrape time."""
+
+    def __init__(self, data: ki.KnownIssues | None = None, rocm: str | None = None, arch: str | None = None,
+                 environ: dict[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.rocm = rocm or env.get(ENV_ROCM) or None
+        self.arch = arch or env.get(ENV_ARCH) or None
+        self.data = data
+        self.error = ""
+        if self.data is None:
+            try:
+                self.data = ki.load()
+            except ki.KnownIssuesError as exc:
+                self.error = str(exc)
+                log.error("known issues cannot be judged: %s", exc)
+
+    @property
+    def issues(self) -> list[ki.Issue]:
+        return self.data.issues if self.data is not None else []
+
+    def config(self, state: LogState) -> ki.Config:
+        e = state.engine
+        facts = state.image_facts
+        mode = "NONE" if e.runs_without_graphs else (e.effective if e.effective in ki.MODES else None)
+        env = facts.get("env")
+        return ki.Config(
+            release=e.version or None,
+            rocm=self.rocm or facts.get("rocm") or None,
+            arch=self.arch or facts.get("arch") or None,
+            attention_backend=e.attention_backend or None,
+            env=dict(env) if isinstance(env, dict) else None,
+            kv_cache_dtype=e.kv_cache_dtype or None,
+            quantization=e.quantization or None,
+            speculative_method=e.speculative_method or None,
+            tensor_parallel_size=e.tensor_parallel_size,
+            max_num_seqs=e.max_num_seqs,
+            mode=mode,
+            patches=frozenset(p for p in facts.get("patches", []) if isinstance(p, str)),
+        )
+
+    def judge(self, state: LogState) -> Judgement:
+        if self.data is None:
+            return Judgement(False, self.error)
+        if not state.engine.version:
+            return Judgement(True, "no engine seen yet", [])
+        try:
+            return Judgement(True, "", self.data.evaluate(self.config(state)))
+        except ki.KnownIssuesError as exc:  # e.g. a version string that is not PEP 440
+            return Judgement(False, str(exc))

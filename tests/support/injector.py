@@ -1,0 +1,118 @@
+"""FAILURE INJECTOR, not a vLLM: an OpenAI-compatible answerer for the canary's own requests, for the faults a real
+server cannot be told to produce on cue (bodies of the wrong shape, NaN logprobs, a 200 with a list in it).
+
+By default it answers what a right server would: the sums the canary asks, and the baseline's logprobs for the
+fingerprint texts. `override(kind, status, body)` replaces the answers of one kind of request ("problem", "long",
+"fingerprint", "models") with an arbitrary status and JSON body. It serves the same answers through an
+httpx.MockTransport (in-process tests) and over real HTTP (tests of the sidecar process)."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+from vllm_rocm_health.canary import fingerprint, problems
+from vllm_rocm_health.canary.baseline import Baseline
+
+_SUM = re.compile(r"(\d+) \+ (\d+) =$")
+KINDS = ("models", "problem", "long", "fingerprint")
+
+
+class CanaryAnswerer:
+    def __init__(self, baseline: Baseline) -> None:
+        self.baseline = baseline
+        self.overrides: dict[str, tuple[int, Any]] = {}
+        self.seen: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.drip: set[str] = set()  # kinds answered one byte per second (HTTP server only): a stalled answer
+        self._lock = threading.Lock()
+
+    def override(self, kind: str, status: int, body: Any) -> None:
+        assert kind in KINDS, kind
+        self.overrides[kind] = (status, body)
+
+    def clear(self) -> None:
+        self.overrides.clear()
+        self.drip.clear()
+
+    def answer(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[str, int, Any]:
+        kind, right = self._right(method, path, body or {})
+        with self._lock:
+            self.seen[kind] = self.seen.get(kind, 0) + 1
+        return (kind, *self.overrides.get(kind, right))
+
+    def _right(self, method: str, path: str, body: dict[str, Any]) -> tuple[str, tuple[int, Any]]:
+        if path == "/v1/models":
+            return "models", (200, {"object": "list", "data": [{"id": self.baseline.model, "object": "model"}]})
+        if path != "/v1/completions" or method != "POST":
+            return "other", (404, {"error": "not found"})
+        prompt = str(body.get("prompt", ""))
+        usage = {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
+        if body.get("echo"):
+            i = fingerprint.REFERENCE_TEXTS.index(prompt)
+            choice = {"text": prompt, "logprobs": {"token_logprobs": list(self.baseline.fingerprints[i])}}
+            return "fingerprint", (200, {"choices": [choice], "usage": usage})
+        m = _SUM.search(prompt)
+        if m:
+            return "problem", (200, {"choices": [{"text": f" {int(m[1]) + int(m[2])}"}], "usage": usage})
+        return "long", (200, {"choices": [{"text": " and so on"}], "usage": usage})
+
+    def transport(self) -> httpx.MockTransport:
+        def handle(request: httpx.Request) -> httpx.Response:
+            body = json.loads(request.content) if request.content else None
+            _, status, data = self.answer(request.method, request.url.path, body)
+            return httpx.Response(status, content=json.dumps(data).encode(),
+                                  headers={"Content-Type": "application/json"})
+        return httpx.MockTransport(handle)
+
+
+class AnswererServer:
+    """The answerer over real HTTP on 127.0.0.1, with vLLM's /health (always 200) for the sidecar's poller."""
+
+    def __init__(self, answerer: CanaryAnswerer) -> None:
+        outer = answerer
+
+        class Handler(BaseHTTPRequestHandler):
+            def _reply(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/health":
+                    kind, status, data = "health", 200, None
+                else:
+                    raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    kind, status, data = outer.answer(self.command, path, json.loads(raw) if raw else None)
+                payload = b"" if data is None else json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if kind not in outer.drip:
+                    self.wfile.write(payload)
+                    return
+                try:  # a byte a second: every read is quick, the answer never completes
+                    for i in range(len(payload)):
+                        self.wfile.write(payload[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(1.0)
+                except OSError:
+                    pass
+
+            do_GET = do_POST = _reply  # noqa: N815 - http.server's naming
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, name="answerer", daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def right_answers(seed: int, n: int) -> list[int]:
+    return [p.answer for p in problems.generate(seed, n)]
