@@ -69,7 +69,7 @@ def test_rocm_build_with_a_local_version_in_its_dist_info_name(release_copy) -> 
     t = _tgt(tree)
     assert (t.distribution, t.version, t.release) == ("vllm", "0.10.2+rocm700", "0.10.2")
     rep = engine.analyze(SSET, t, "status")
-    assert rep.series_id == "vllm-0.10.2" and [e.state for e in rep.entries] == ["applicable"]
+    assert rep.series_id == "vllm-0.10.2" and {e.state for e in rep.entries} == {"applicable"}
 
 
 def test_only_the_distribution_that_installed_vllm_init_counts(release_copy) -> None:

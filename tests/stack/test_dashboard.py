@@ -66,7 +66,8 @@ def test_every_query_substitutes_and_selects_the_right_job() -> None:
 def test_panels_cover_what_the_operator_asked_for() -> None:
     board = checked_in()
     titles = [p["title"] for p in board["panels"]]
-    for needed in ("Readiness per pod, with its reason", "Canary score vs threshold", "Fingerprint drift vs tolerance",
+    for needed in ("Readiness per pod, with its reason", "Sidecar workers", "Known issues that apply",
+                   "Canary score vs threshold", "Fingerprint drift vs tolerance",
                    "Canary runs by outcome (last hour)", "Capture duration", "Capture memory",
                    "Requested vs effective cudagraph_mode", "Mode downgrades and eager engines",
                    "Engine restarts (last hour)", "End-to-end request latency", "KV-cache usage"):

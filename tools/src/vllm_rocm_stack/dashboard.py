@@ -83,16 +83,34 @@ ROWS: list[tuple[str, list[PanelSpec]]] = [
     ("Readiness", [
         PanelSpec(
             "Readiness per pod, with its reason", "table",
-            [_q(f"vllm_sidecar_ready_reason{{{SIDECAR}}} == 1", instant=True, table=True)],
-            "What each sidecar's /readyz answers now and why (vllm_sidecar_ready_reason): ok, starting, engine_failed, "
-            "capture_not_finished, health_not_polled, health_failing, canary_pending, canary_failed. A pod that is not "
-            "ok is out of the Service.",
-            width=10, mappings=[("ok", "ok", "green")]),
+            [_q(f"vllm_sidecar_not_ready_reason{{{SIDECAR}}} == 1 "
+                f'or label_replace(vllm_sidecar_ready{{{SIDECAR}}} == 1, "reason", "ready", "", "")',
+                instant=True, table=True)],
+            "Each sidecar's /readyz now: ready, or the first readiness rule it does not meet "
+            "(vllm_sidecar_not_ready_reason: worker_down, engine_failed, log_source_down, capture_pending, "
+            "health_unknown, health_failing, canary_pending, canary_failing, canary_stale; /readyz has the details). "
+            "A pod that is not ready is out of the Service.",
+            width=10, mappings=[("ready", "ready", "green")]),
         PanelSpec(
             "Ready over time", "statetimeline",
             [_q(f"vllm_sidecar_ready{{{SIDECAR}}}", "{{instance}}")],
-            "1 while /readyz answers 200 (capture finished or eager, vLLM /health answers, the latest canary passed).",
+            "1 while /readyz answers 200 (capture finished or eager, vLLM /health answers, a recent canary passed).",
             width=14, mappings=[("1", "ready", "green"), ("0", "not ready", "red")]),
+        PanelSpec(
+            "Sidecar workers", "timeseries",
+            [_q(f"vllm_sidecar_worker_up{{{SIDECAR}}}", "{{instance}} {{worker}}")],
+            "1 while each loop of the sidecar (log, health, canary) is alive and making progress "
+            "(VllmHealthSidecarWorkerDown).",
+            min=0, max=1),
+        PanelSpec(
+            "Known issues that apply", "timeseries",
+            [_q(f"sum by (instance, symptom) (vllm_known_issue_active{{{SIDECAR}}})",
+                "{{instance}} active {{symptom}}"),
+             _q(f"sum by (instance, symptom) (vllm_known_issue_possible{{{SIDECAR}}})",
+                "{{instance}} possible {{symptom}}")],
+            "Rows of known-issues/known-issues.json that apply to the running engine (active: every condition seen; "
+            "possible: none contradicted, some not visible), by symptom. The sidecar's /metrics has the ids.",
+            min=0),
     ]),
     ("Accuracy canary", [
         PanelSpec(
