@@ -35,7 +35,7 @@ test-fast: setup ## Tests that need neither a vLLM server nor the vLLM venv
 lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Dockerfiles
 	@$(PY) -m pytest -q tests/test_lint.py $(wildcard tests/docker)
 
-bench: $(if $(call wants_help,$(BENCH_ARGS)),,setup-vllm) ## Measure what the sidecar and canary cost, next to baselines (prints ratios, no asserts)
+bench: $(if $(call wants_help,$(BENCH_ARGS)),,setup-vllm) ## Measure what the sidecar and canary cost, next to baselines (~5 min; prints ratios, no asserts)
 	@$(if $(call wants_help,$(BENCH_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.bench $(BENCH_ARGS)
 
 patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-packages> or PATCHES_ARGS="--python <python>"
