@@ -103,7 +103,7 @@ AITER FA graph support per release: 0.10.1.x NEVER (unpatched), 0.10.2 ALWAYS (u
 UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECEWISE), 0.20+ UNIFORM_BATCH. */}}
 {{- define "vllm-rocm.validate" -}}
 {{- $rel := include "vllm-rocm.release" . -}}
-{{- $mode := .Values.compilation.cudagraphMode -}}
+{{- $mode := include "vllm-rocm.cudagraphMode" . -}}
 {{- $aiterFA := include "vllm-rocm.aiterFA" . -}}
 {{- $graphs := and (ne $mode "NONE") (not .Values.enforceEager) -}}
 {{- $unpatched010 := and (not .Values.vllm.patched) (semverCompare "<0.11.0-0" $rel) -}}
@@ -138,7 +138,7 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{/* The --compilation-config JSON: cudagraph_mode + capture sizes + the free map. */}}
 {{- define "vllm-rocm.compilationConfig" -}}
 {{- $cc := deepCopy .Values.compilation.compilationConfig -}}
-{{- $_ := set $cc "cudagraph_mode" .Values.compilation.cudagraphMode -}}
+{{- $_ := set $cc "cudagraph_mode" (include "vllm-rocm.cudagraphMode" .) -}}
 {{- if .Values.compilation.captureSizes -}}
 {{- $_ := set $cc "cudagraph_capture_sizes" .Values.compilation.captureSizes -}}
 {{- end -}}
@@ -250,7 +250,7 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{- define "vllm-rocm.canaryConfigMap" -}}
 {{- if .Values.canary.existingConfigMap -}}
 {{- .Values.canary.existingConfigMap -}}
-{{- else if .Values.canary.baseline -}}
+{{- else if include "vllm-rocm.canaryBaseline" . -}}
 {{- printf "%s-canary" (include "vllm-rocm.fullname" .) -}}
 {{- end -}}
 {{- end -}}
@@ -272,7 +272,7 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
     - "--model"
     - {{ include "vllm-rocm.servedName" . | quote }}
     - "--requested-mode"
-    - {{ ternary "NONE" .Values.compilation.cudagraphMode .Values.enforceEager | quote }}
+    - {{ ternary "NONE" (include "vllm-rocm.cudagraphMode" .) .Values.enforceEager | quote }}
     - "--canary-interval"
     - {{ .Values.sidecar.canaryInterval | quote }}
     {{- if gt (int .Values.sidecar.canaryMaxTokens) 0 }}
