@@ -72,6 +72,8 @@ class Qualification:
         self.report["vllm_version"] = old.get("vllm_version", "")
         done = {r.get("label", r["mode"]): r for r in old.get("rows", []) + old.get("reference_runs", [])
                 if r.get("status") not in ("interrupted", "skipped")}
+        if self.cfg.reference not in done:  # every kept row was compared with that reference run, or none is kept
+            done = {}
         self.say(f"--resume: keeping {', '.join(done) or 'nothing'} from {path}")
         return done
 
