@@ -33,8 +33,8 @@ lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Docke
 bench: setup-vllm ## Measure what the sidecar and canary cost, next to baselines (prints ratios, no asserts; ~10 min)
 	@$(PY) -m vllm_rocm_stack.bench $(BENCH_ARGS)
 
-qualify: setup-vllm ## Find the fastest correct cudagraph mode (local CPU vLLM by default; QUALIFY_ARGS=--help)
-	@$(PY) -m vllm_rocm_stack.cli qualify run $(QUALIFY_ARGS)
+qualify: setup-vllm ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
+	@$(PY) -m vllm_rocm_stack.cli qualify run --quick $(QUALIFY_ARGS)
 
 lock: ## Re-resolve requirements/*.lock from requirements/*.in
 	@$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \

@@ -21,9 +21,7 @@ from vllm_rocm_stack.vllm_server import VLLM_PYTHON
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 GOOD = WORK / "models" / "smollm2-135m-instruct"
-SMALL = ["--single-lengths", "4,16,64", "--gen-tokens", "16", "--decode-bursts", "4", "--mixed-long", "1",
-         "--mixed-short", "4", "--long-len", "256", "--idle-seconds", "1", "--concurrency", "1,4", "--tp-tokens",
-         "16", "--tp-prompt-len", "32", "--tp-rounds", "1", "--startup-timeout", "600"]
+SMALL = ["--quick", "--startup-timeout", "600"]
 
 
 def command(wrong: str, missing: str) -> str:

@@ -19,6 +19,12 @@ DEFAULT_COMMAND = (f"{VLLM_PYTHON} -m vllm.entrypoints.openai.api_server --model
                    "--served-model-name {served_model_name} --host 127.0.0.1 --port {port} --seed 0 {mode_args}")
 
 
+# --quick: a smoke run in minutes on the local CPU build (14 comparison requests, 16 tokens, 1 and 4 clients).
+QUICK = {"single_lengths": [4, 16, 64], "gen_tokens": 16, "decode_bursts": [4], "mixed_long": 1, "mixed_short": 4,
+         "long_len": 256, "idle_seconds": 1.0, "concurrency": [1, 4], "tp_tokens": 16, "tp_prompt_len": 32,
+         "tp_rounds": 1}
+
+
 def _ints(*values: int) -> list[int]:
     return list(values)
 
@@ -78,6 +84,10 @@ class QualifyConfig:
     rank_by: int = field(default=0, metadata={
         "help": "client count whose tok/s ranks the modes (0: geometric mean over all counts)"})
     canary_problems: int = field(default=8, metadata={"help": "canary problems (also the baseline's)"})
+    quick: bool = field(default=False, metadata={
+        "help": "small shapes and short throughput phases, for a smoke run on the CPU build: sets "
+                + ", ".join(f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                            for k, v in QUICK.items())})
     require: list[str] = field(default_factory=list, metadata={
         "help": "exit 1 unless this mode passed: the mode you mean to deploy (repeatable)", "repeat": True})
 
@@ -94,6 +104,9 @@ class QualifyConfig:
         return [n for n in sizes if n <= min(limit, self.max_capture_size)]
 
     def validate(self) -> None:
+        if self.quick:
+            for k, v in QUICK.items():
+                setattr(self, k, v)
         bad = [m for m in self.modes if m not in MODES]
         if bad or not self.modes:
             raise ValueError(f"--modes: {', '.join(bad) or 'empty'}: choose from {', '.join(MODES)}")
