@@ -5,7 +5,7 @@ VENV := $(WORK)/venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(WORK)/bin:$(PATH)
 
-.PHONY: help setup setup-vllm run test test-fast lint bench lock clean
+.PHONY: help setup setup-vllm run test test-fast lint bench qualify lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Docke
 
 bench: setup-vllm ## Measure what the sidecar and canary cost, next to baselines (prints ratios, no asserts; ~10 min)
 	@$(PY) -m vllm_rocm_stack.bench $(BENCH_ARGS)
+
+qualify: setup-vllm ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
+	@$(PY) -m vllm_rocm_stack.cli qualify run --quick $(QUALIFY_ARGS)
 
 lock: ## Re-resolve requirements/*.lock from requirements/*.in
 	@$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \

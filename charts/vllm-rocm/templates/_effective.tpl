@@ -4,7 +4,7 @@ The effective compilation settings: what vLLM will actually read, computed in on
 tensorParallelSize) with the meaning the deployed release gives them. Returns JSON; consumers use
 `include "vllm-rocm.effective" . | fromJson` (the guard, the sidecar's --requested-mode, NOTES, the pod annotation).
 
-Keys: release/releaseMinor/releasePatch, patched, requestedMode (compilation.cudagraphMode), configMode (the
+Keys: release/releaseMinor/releasePatch, patched, requestedMode (compilation.cudagraphMode, or the qualification report's mode: _qualification.tpl), configMode (the
 cudagraph_mode vLLM's config holds once its own config rules ran: what its log line shows), mode (the graph
 behaviour the guard judges: configMode, or FULL when attention ends up inside piecewise graphs), modeChanges (why
 they differ), eager, compileMode (0-3; 3 = VLLM_COMPILE / level 3) and compileModeKey, splittingOps,
@@ -30,7 +30,7 @@ Release facts used here (each re-derived from the released files by tests/charts
 {{- $refusals := list -}}
 {{- $changes := list -}}
 {{- $user := default dict $v.compilation.compilationConfig -}}
-{{- $requested := $v.compilation.cudagraphMode -}}
+{{- $requested := include "vllm-rocm.cudagraphMode" . -}}
 {{- $eager := $v.enforceEager -}}
 {{- $piecewise := list "PIECEWISE" "FULL_AND_PIECEWISE" -}}
 

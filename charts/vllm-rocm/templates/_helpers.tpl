@@ -150,7 +150,7 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{/* The --compilation-config JSON: cudagraph_mode + capture sizes + the free map. */}}
 {{- define "vllm-rocm.compilationConfig" -}}
 {{- $cc := deepCopy .Values.compilation.compilationConfig -}}
-{{- $_ := set $cc "cudagraph_mode" .Values.compilation.cudagraphMode -}}
+{{- $_ := set $cc "cudagraph_mode" (include "vllm-rocm.cudagraphMode" .) -}}
 {{- if .Values.compilation.captureSizes -}}
 {{- $_ := set $cc "cudagraph_capture_sizes" .Values.compilation.captureSizes -}}
 {{- end -}}
@@ -262,7 +262,7 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{- define "vllm-rocm.canaryConfigMap" -}}
 {{- if .Values.canary.existingConfigMap -}}
 {{- .Values.canary.existingConfigMap -}}
-{{- else if .Values.canary.baseline -}}
+{{- else if include "vllm-rocm.canaryBaseline" . -}}
 {{- printf "%s-canary" (include "vllm-rocm.fullname" .) -}}
 {{- end -}}
 {{- end -}}
