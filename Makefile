@@ -4,8 +4,9 @@ WORK ?= .work
 VENV := $(WORK)/venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(WORK)/bin:$(PATH)
+IMAGE_BASES ?= pinned
 
-.PHONY: help setup setup-vllm run test test-fast lint bench qualify lock clean
+.PHONY: help setup setup-vllm run test test-fast lint bench qualify images lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -36,9 +37,13 @@ bench: setup-vllm ## Measure what the sidecar and canary cost, next to baselines
 qualify: setup-vllm ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
 	@$(PY) -m vllm_rocm_stack.cli qualify run --quick $(QUALIFY_ARGS)
 
+images: setup ## Build the default vLLM image + sidecar with buildah, no Docker engine (IMAGE_BASES=stand-in: no registry)
+	@$(PY) -m vllm_rocm_stack.images build --bases $(IMAGE_BASES) $(IMAGES)
+
 lock: ## Re-resolve requirements/*.lock from requirements/*.in
 	@$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	  --no-emit-find-links --no-emit-index-url -o requirements/dev.lock requirements/dev.in
 
-clean: ## Remove .work/ (venvs, tools, caches, models)
+clean: ## Remove .work/ (venvs, tools, caches, models, built images)
+	@[ ! -x $(PY) ] || $(PY) -m vllm_rocm_stack.images clean || true
 	rm -rf $(WORK)
