@@ -23,11 +23,19 @@ from tests.docker.conftest import DOCKER, REPO, tool
 COMPOSE = DOCKER / "compose.yaml"
 PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
 RULES = REPO / "charts" / "vllm-rocm" / "files" / "alerts.rules.yaml"
-INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
-    return INTERP.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""), text)
+    """Compose's ${V}, ${V:-default} and ${V:?error} (an unset required variable is compose's error)."""
+    def one(m: re.Match) -> str:
+        name, op, arg = m.group(1), m.group(2) or "", m.group(3) or ""
+        if env.get(name):
+            return env[name]
+        if op.endswith("?"):
+            raise ValueError(f"{name}: {arg}")
+        return arg
+    return INTERP.sub(one, text)
 
 
 def _interpolated(node: object, env: dict[str, str]) -> object:

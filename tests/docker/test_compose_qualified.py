@@ -5,7 +5,6 @@ vLLM's own --config reader."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import yaml
 from vllm_rocm_stack.vllm_server import VLLM_PYTHON
 
 from tests.docker.conftest import DOCKER, REPO
-from tests.docker.test_compose import _compose_cli, schema_check
+from tests.docker.test_compose import _interpolated, interpolate, podman_compose, schema_check
 
 OVERLAY = DOCKER / "compose.qualified.yaml"
 BASE = DOCKER / "compose.yaml"
@@ -23,23 +22,8 @@ REPORT = REPO / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.
 ENV = {"QUALIFICATION_REPORT": str(REPORT), "VLLM_MODEL": "smollm2-135m-instruct", "RENDER_GID": "109"}
 
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
-
-
-def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's ${V}, ${V:-default} and ${V:?error} (an unset required variable is compose's error)."""
-    def one(m: re.Match) -> str:
-        name, op, arg = m.group(1), m.group(2) or "", m.group(3) or ""
-        if env.get(name):
-            return env[name]
-        if op.endswith("?"):
-            raise ValueError(f"{name}: {arg}")
-        return arg
-    return _VAR.sub(one, text)
-
-
 def load(env: dict[str, str]) -> dict:
-    return yaml.safe_load(interpolate(OVERLAY.read_text(), env))
+    return _interpolated(yaml.safe_load(OVERLAY.read_text()), env)  # type: ignore[return-value]
 
 
 def mounts(service: dict) -> dict[str, str]:
@@ -115,10 +99,14 @@ def test_vllm_reads_the_mode_from_the_gates_config_file(tmp_path: Path) -> None:
     assert flags[0] == "--compilation-config" and json.loads(flags[1]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
 
 
-@pytest.mark.skipif(_compose_cli() is None, reason="the docker compose plugin is not installed here")
-def test_docker_compose_config_with_the_overlay() -> None:
-    cli = _compose_cli()
-    assert cli
-    res = subprocess.run([*cli, "-f", str(BASE), "-f", str(OVERLAY), "config", "-q"], capture_output=True, text=True,
-                         timeout=60, env={**ENV, "PATH": "/usr/bin:/bin"})
+def test_podman_compose_merges_the_overlay_onto_compose() -> None:
+    """A real compose implementation (podman-compose, config mode) resolves base + overlay: the gate service is
+    there and vLLM and the sidecar wait for it."""
+    res = podman_compose("--dry-run", "-f", str(BASE), "-f", str(OVERLAY), "config", env=ENV)
     assert res.returncode == 0, res.stderr
+    services = yaml.safe_load(res.stdout)["services"]
+    ours = load(ENV)["services"]
+    gate = next(name for name in ours if name not in ("vllm", "health"))
+    assert gate in services
+    for name in ("vllm", "health"):
+        assert gate in str(services[name].get("depends_on", "")), (name, services[name].get("depends_on"))

@@ -156,7 +156,11 @@ def vllm_label_truth(img: dict, files: dict) -> dict[str, str]:
     assert report["series"]["id"] == versions["patch_series"]
     assert versions["base_image"] == f"{img['base']['name']}@{img['base']['digest']}"
     assert versions["revision"] == img["build_args"]["REVISION"]
+    # The known issues the applied series fixes, as the patch tool judged them on the image's own vLLM files.
+    fixed = ",".join(report["known_issues"]["fixed_by_applied_patches"])
+    assert versions["fixes_issues"] == fixed
     return {
+        "io.vllm-rocm.fixes-issues": fixed,
         "io.vllm-rocm.vllm-release": report["release"]["release"],
         "io.vllm-rocm.patch-series": report["series"]["id"],
         "io.vllm-rocm.patch-series-sha256": repo_sha,
@@ -211,17 +215,24 @@ def test_health_labels_say_what_the_build_did(health_image: dict, buildah: Build
 # --- the patch series as baked --------------------------------------------------------------------------------
 
 
+def final_hashes(series: dict) -> dict[str, str]:
+    """Stacked patches: a file ends as the last patch of the series that touches it left it."""
+    return {rel: h["patched_sha256"] for e in series["entries"] if e["state"] == "patch"
+            for rel, h in e["files"].items()}
+
+
 def test_stored_patch_report(vllm_files: dict, vllm_image: dict) -> None:
     report, series = vllm_files["report"], vllm_files["series"]
     assert report["command"] == "verify" and report["ok"] is True, report.get("summary")
     assert report["target"] == "/usr/local/lib/python3.11/dist-packages"  # where the stand-in's pip put vLLM
     by_fix = {e["fix"]: e for e in report["entries"]}
+    final = final_hashes(series)
     for entry in series["entries"]:
         got = by_fix[entry["fix"]]
         if entry["state"] == "patch":
             assert got["state"] == "applied", got
-            for rel, hashes in entry["files"].items():
-                assert got["files"][rel]["after"] == hashes["patched_sha256"], rel
+            for rel in entry["files"]:
+                assert got["files"][rel]["after"] == final[rel], rel
     assert vllm_files["versions"]["states"] == ",".join(f"{e['fix']}:{e['state']}" for e in report["entries"])
     assert vllm_files["versions"]["image_tag"] == vllm_image["tags"][0].rsplit(":", 1)[1].removesuffix("-standin")
 
@@ -231,20 +242,32 @@ def test_patched_files_read_from_the_image(vllm_files: dict) -> None:
     here, independently of the patch tool), RECORD agrees, and no bytecode of the released file is left."""
     patched = [e for e in vllm_files["series"]["entries"] if e["state"] == "patch"]
     assert patched, "the default release's series patches nothing: pick a release whose image changes vLLM"
+    for rel, sha in final_hashes(vllm_files["series"]).items():
+        data = vllm_files["files"][rel]
+        assert hashlib.sha256(data).hexdigest() == sha, rel
+        assert f"{rel},{record_hash(data)},{len(data)}" in vllm_files["record"].splitlines()
+        assert vllm_files["pyc"][rel], f"{rel}: the build recompiles what it patched; no bytecode found"
+        for name, pyc in vllm_files["pyc"][rel]:
+            # PEP 552 header: magic, flags, then (source mtime, source size) for timestamp-based pyc
+            flags, _mtime, size = struct.unpack("<III", pyc[4:16])
+            assert flags != 0 or size == len(data), f"{name} was compiled from another {rel}"
     for entry in patched:
-        for rel, hashes in entry["files"].items():
-            data = vllm_files["files"][rel]
-            assert hashlib.sha256(data).hexdigest() == hashes["patched_sha256"], rel
-            assert f"{rel},{record_hash(data)},{len(data)}" in vllm_files["record"].splitlines()
-            assert vllm_files["pyc"][rel], f"{rel}: the build recompiles what it patched; no bytecode found"
-            for name, pyc in vllm_files["pyc"][rel]:
-                # PEP 552 header: magic, flags, then (source mtime, source size) for timestamp-based pyc
-                flags, _mtime, size = struct.unpack("<III", pyc[4:16])
-                assert flags != 0 or size == len(data), f"{name} was compiled from another {rel}"
         for cond in entry["postconditions"]:
-            assert cond["kind"] == "class-attribute", f"no reader for post-condition kind {cond['kind']!r} here"
-            found = class_attribute(vllm_files["files"][cond["file"]], cond["class"], cond["attribute"])
-            assert found == cond["equals"], f"{cond['class']}.{cond['attribute']} = {found}"
+            source = vllm_files["files"][cond["file"]]
+            if cond["kind"] == "class-attribute":
+                found = class_attribute(source, cond["class"], cond["attribute"])
+            elif cond["kind"] == "expression-count":
+                found = expression_count(source, cond["expression"])
+            else:
+                raise AssertionError(f"no reader for post-condition kind {cond['kind']!r} here")
+            assert found == cond["equals"], (entry["patch"], cond, found)
+
+
+def expression_count(source: bytes, expression: str) -> int:
+    """How often an expression occurs in a module, assignment targets included, compared as normalised source
+    (read here, not by the patch tool)."""
+    want = ast.unparse(ast.parse(expression, mode="eval").body)
+    return sum(isinstance(n, ast.expr) and ast.unparse(n) == want for n in ast.walk(ast.parse(source)))
 
 
 # --- user, entrypoint, run time -------------------------------------------------------------------------------
@@ -321,6 +344,7 @@ def tampered_context(tmp_path: Path, release: str) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(REPO / "patches", ctx / "patches", ignore=ignore)
     shutil.copytree(REPO / "docker" / "scripts", ctx / "docker" / "scripts", ignore=ignore)
+    shutil.copytree(REPO / "known-issues", ctx / "known-issues", ignore=ignore)
     series = json.loads((REPO / "patches" / f"vllm-{release}" / "series.json").read_text())
     entry = next(e for e in series["entries"] if e["state"] == "patch")
     cond = next(c for c in entry["postconditions"] if c["kind"] == "class-attribute")
