@@ -270,6 +270,14 @@ two are rows of the data; spec decode on AITER FA (vllm#31625, and the unverifie
 {{- end -}}
 {{- end -}}
 
+{{/* Optional sidecar settings (0 = the sidecar's default): value name -> flag of `vllm-rocm-health serve`. */}}
+{{- define "vllm-rocm.sidecarFlags" -}}
+canaryTimeout: --canary-timeout
+canaryMaxAgeIntervals: --canary-max-age-intervals
+canaryMaxTokens: --canary-max-tokens
+healthInterval: --health-interval
+{{- end -}}
+
 {{- define "vllm-rocm.sidecar" -}}
 - name: health
   image: {{ include "vllm-rocm.sidecarImage" . | quote }}
@@ -290,9 +298,12 @@ two are rows of the data; spec decode on AITER FA (vllm#31625, and the unverifie
     - {{ (include "vllm-rocm.effective" . | fromJson).configMode | quote }}
     - "--canary-interval"
     - {{ .Values.sidecar.canaryInterval | quote }}
-    {{- if gt (int .Values.sidecar.canaryMaxTokens) 0 }}
-    - "--canary-max-tokens"
-    - {{ .Values.sidecar.canaryMaxTokens | quote }}
+    {{- range $key, $flag := include "vllm-rocm.sidecarFlags" . | fromYaml }}
+    {{- $v := index $.Values.sidecar $key }}
+    {{- if gt (float64 $v) 0.0 }}
+    - {{ $flag | quote }}
+    - {{ $v | quote }}
+    {{- end }}
     {{- end }}
     {{- if include "vllm-rocm.canaryConfigMap" . }}
     - "--canary-baseline"
