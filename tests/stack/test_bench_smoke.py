@@ -35,7 +35,7 @@ def test_bench_smoke_on_the_real_servers(tmp_path: Path, vllm_server: VllmServer
                                          vllm_perturbed_server: VllmServer) -> None:
     r, stdout = bench(tmp_path / "r.json", "--vllm-url", vllm_server.base_url, "--bad-vllm-url",
                       vllm_perturbed_server.base_url, "--window", "6", "--load-runs", "1", "--flip-interval", "3",
-                      "--flip-reps", "1", "--hours", "0.25", "--hours-interval", "0.5", timeout=300)
+                      "--flip-reps", "1", "--hours", "0.25", "--hours-interval", "1", timeout=300)
     load, flip, hours = r["live"]["load"], r["live"]["flip"], r["live"]["hours"]
     assert load["outcomes"] == ["pass"] and load["load_requests"] > 0 and load["load_errors"] == 0
     assert 0 < load["token_share"] < 1 and load["canary_requests_per_run"] <= 16  # max_requests bounds it

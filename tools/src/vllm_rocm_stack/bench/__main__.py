@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--lines-per-hour", type=int, default=360_000,
                       help="log lines per hour-equivalent (a busy server: 100 lines/s)")
     live.add_argument("--hours-interval", type=float, default=1.0,
-                      help="seconds between canary runs in the hour-equivalent run (time compressed)")
+                      help="seconds between canary runs in the hour-equivalent run (time compressed; the sidecar allows >= 1)")
     return ap
 
 
