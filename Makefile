@@ -34,8 +34,10 @@ bench: setup-vllm ## Measure what the sidecar and canary cost, next to baselines
 	@$(PY) -m vllm_rocm_stack.bench $(BENCH_ARGS)
 
 lock: ## Re-resolve requirements/*.lock from requirements/*.in
-	@$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
-	  --no-emit-find-links --no-emit-index-url -o requirements/dev.lock requirements/dev.in
+	@for name in dev checkov; do \
+	  $(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	    --no-emit-find-links --no-emit-index-url -o requirements/$$name.lock requirements/$$name.in || exit 1; \
+	done
 
 clean: ## Remove .work/ (venvs, tools, caches, models)
 	rm -rf $(WORK)
