@@ -144,7 +144,7 @@ def test_role_grants_exactly_the_calls_the_sidecar_makes() -> None:
     # The sidecar follows the vllm container's log and posts Events: a reading that found neither read nothing.
     assert {m for _, m in calls} >= {"read_namespaced_pod_log", "create_namespaced_event"}, calls
     need, grant = needed(sidecar_sources()), granted()
-    assert grant == need, f"granted but never used: {sorted(grant - need)}; used but not granted: {sorted(need - grant)}"
+    assert grant == need, f"granted, never used: {sorted(grant - need)}; used, not granted: {sorted(need - grant)}"
 
 
 def test_only_the_sidecar_gets_credentials() -> None:
