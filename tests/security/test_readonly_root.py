@@ -60,10 +60,11 @@ def chart_vllm() -> dict[str, Any]:
 
 
 def image_paths() -> list[Path]:
-    """What the "image" needs that lives below a hidden host directory: the vLLM venv and its interpreter."""
-    venv = VLLM_PYTHON.parent.parent.resolve()
-    paths = [venv, Path(os.path.realpath(VLLM_PYTHON)).parent.parent]
-    return [p for p in paths if str(p).startswith(HIDDEN)]
+    """What the "image" needs that lives below a hidden host directory: the venvs and their interpreters."""
+    paths = set()
+    for python in (VLLM_PYTHON, Path(sys.executable)):
+        paths |= {python.parent.parent.resolve(), Path(os.path.realpath(python)).parent.parent}
+    return sorted(p for p in paths if str(p).startswith(HIDDEN))
 
 
 def sandbox(tmp: Path, pod: dict[str, Any], argv: list[str]) -> tuple[list[str], dict[str, Path]]:
@@ -94,7 +95,7 @@ def test_the_sandbox_is_read_only_but_for_the_chart_volumes(tmp_path: Path) -> N
         f"for p in {pod['writable']!r}:\n"
         "    open(os.path.join(p, 'probe'), 'w').write('x')\n"
         "bad = []\n"
-        f"for p in ['/', '/etc', '/usr', '/var', {str(VLLM_PYTHON.parent)!r}, {str(MODEL)!r}]:\n"
+        f"for p in ['/', '/etc', '/usr', '/var', {str(Path(sys.executable).parent)!r}, {str(HERE)!r}]:\n"
         "    try:\n"
         "        open(os.path.join(p, 'probe'), 'w')\n"
         "        bad.append(p)\n"
@@ -102,7 +103,7 @@ def test_the_sandbox_is_read_only_but_for_the_chart_volumes(tmp_path: Path) -> N
         "        assert e.errno == 30, (p, e)  # EROFS, not a permission that root would have had\n"
         "status = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
         "print(os.getuid(), os.getgid(), status['CapEff'].strip(), status['NoNewPrivs'].strip(), bad)\n")
-    argv, vols = sandbox(tmp_path, pod, [str(VLLM_PYTHON), "-c", probe])
+    argv, vols = sandbox(tmp_path, pod, [sys.executable, "-c", probe])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == [str(pod["uid"]), str(pod["gid"]), "0000000000000000", "1", "[]"], proc.stdout
