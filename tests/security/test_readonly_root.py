@@ -23,7 +23,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "charts"))
-from helm_chart import container, pod_spec, render  # noqa: E402
+from helm_chart import ROOT, container, pod_spec, render  # noqa: E402
 from vllm_rocm_stack.config import WORK  # noqa: E402
 from vllm_rocm_stack.processes import ManagedProcess, wait_until  # noqa: E402
 
@@ -31,7 +31,7 @@ from tests.support.vllm_server import VLLM_PYTHON, free_port  # noqa: E402
 
 SANDBOX = HERE / "pod_sandbox.sh"
 MODEL = WORK / "models" / "smollm2-135m-instruct"
-HIDDEN = ("/home", "/root", "/tmp")  # host directories the sandbox does not show (pod_sandbox.sh)
+HIDDEN = ("/home/", "/root/", "/tmp/")  # host directories the sandbox does not show (pod_sandbox.sh)
 # The test's own settings on top of the chart's: nothing from a model hub, a KV cache a small machine can hold.
 TEST_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
             "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -60,8 +60,9 @@ def chart_vllm() -> dict[str, Any]:
 
 
 def image_paths() -> list[Path]:
-    """What the "image" needs that lives below a hidden host directory: the venvs and their interpreters."""
-    paths = set()
+    """What the "image" needs that lives below a host directory the sandbox hides (a checkout in /tmp or /home, an
+    interpreter in /root/.pyenv): the repository, the venvs and their interpreters."""
+    paths = {ROOT}
     for python in (VLLM_PYTHON, Path(sys.executable)):
         paths |= {python.parent.parent.resolve(), Path(os.path.realpath(python)).parent.parent}
     return sorted(p for p in paths if str(p).startswith(HIDDEN))
@@ -71,7 +72,7 @@ def sandbox(tmp: Path, pod: dict[str, Any], argv: list[str]) -> tuple[list[str],
     """argv wrapped in the sandbox, and the host directory behind each volume."""
     (tmp / "root").mkdir()
     vols: dict[str, Path] = {}
-    lines = [f"ro {p} {p}" for p in image_paths()]
+    lines = []
     for i, target in enumerate(pod["writable"]):
         src = tmp / f"vol{i}"
         src.mkdir()
@@ -80,6 +81,8 @@ def sandbox(tmp: Path, pod: dict[str, Any], argv: list[str]) -> tuple[list[str],
         src.chmod(0o770 | stat.S_ISGID)
         vols[target] = src
         lines.append(f"rw {src} {target}")
+    # After the volumes: a checkout below /tmp must show through the /tmp volume.
+    lines += [f"ro {p} {p}" for p in image_paths()]
     (tmp / "mounts").write_text("\n".join(lines) + "\n")
     return (["unshare", "--mount", "--propagation", "private", str(SANDBOX), str(tmp / "root"), str(tmp / "mounts"),
              f"{pod['uid']}:{pod['gid']}", *argv], vols)
