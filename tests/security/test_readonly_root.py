@@ -169,3 +169,9 @@ def on_host(vols: dict[str, Path], path: str) -> Path:
     """The host directory behind a path inside the sandbox (below one of its volumes)."""
     mount = max((m for m in vols if PurePosixPath(path).is_relative_to(m)), key=len)
     return vols[mount] / PurePosixPath(path).relative_to(mount)
+
+
+def test_sandbox_script_is_shellcheck_clean() -> None:
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    proc = subprocess.run([str(shellcheck), str(SANDBOX)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
