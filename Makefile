@@ -4,8 +4,9 @@ WORK ?= .work
 VENV := $(WORK)/venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(WORK)/bin:$(PATH)
+IMAGE_BASES ?= pinned
 
-.PHONY: help setup setup-vllm run test test-fast lint bench lock clean
+.PHONY: help setup setup-vllm run test test-fast lint bench qualify images lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,11 +34,18 @@ lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Docke
 bench: setup-vllm ## Measure what the sidecar and canary cost, next to baselines (prints ratios, no asserts; ~10 min)
 	@$(PY) -m vllm_rocm_stack.bench $(BENCH_ARGS)
 
+qualify: setup-vllm ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
+	@$(PY) -m vllm_rocm_stack.cli qualify run --quick $(QUALIFY_ARGS)
+
+images: setup ## Build the default vLLM image + sidecar with buildah, no Docker engine (IMAGE_BASES=stand-in: no registry)
+	@$(PY) -m vllm_rocm_stack.images build --bases $(IMAGE_BASES) $(IMAGES)
+
 lock: ## Re-resolve requirements/*.lock from requirements/*.in
 	@for name in dev checkov; do \
 	  $(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	    --no-emit-find-links --no-emit-index-url -o requirements/$$name.lock requirements/$$name.in || exit 1; \
 	done
 
-clean: ## Remove .work/ (venvs, tools, caches, models)
+clean: ## Remove .work/ (venvs, tools, caches, models, built images)
+	@[ ! -x $(PY) ] || $(PY) -m vllm_rocm_stack.images clean || true
 	rm -rf $(WORK)

@@ -103,3 +103,37 @@ def test_retrying_survives_a_source_that_raises() -> None:
     got = list(retrying(make, stop, lambda up, _why: ups.append(up), backoff=0.01))
     assert got == ["line 1", "line 2", "line 3"]
     assert ups.count(False) >= 2
+
+
+def test_line_splitter_cuts_long_lines_and_drops_their_rest() -> None:
+    from vllm_rocm_health.logsource import LineSplitter
+
+    s = LineSplitter(max_line=10)
+    assert s.feed(b"short\nabc") == ["short"]
+    out = s.feed(b"defghijklmnop")  # the line passes 10 bytes: handed on cut, the rest is dropped
+    assert out == ["abcdefghij [line cut]"]
+    # The rest of that line, even if it looks like a log line, never comes out as a line of its own.
+    assert s.feed(b"Graph capturing finished in 1 secs\nnext line\n") == ["next line"]
+    assert s.feed(b"\xff\xfe tail") == [] and s.flush() == ["\ufffd\ufffd tail"]
+
+
+def test_k8s_stream_holds_bounded_memory() -> None:
+    """A 5 MB chunk without a newline from the API server is cut, not accumulated."""
+    import threading as th
+    from types import SimpleNamespace
+
+    from vllm_rocm_health.k8s_logs import PodLogFollower
+
+    class Api:
+        def read_namespaced_pod(self, *a, **k):
+            return SimpleNamespace(status=SimpleNamespace(container_statuses=[]))
+
+        def read_namespaced_pod_log(self, *a, **kw):
+            assert kw["_request_timeout"][1] > 0  # a half-open stream cannot block forever
+            def gen():
+                yield b"2026-12-03T00:00:00.1Z " + b"x" * (5 << 20)
+                yield b"\n2026-12-03T00:00:00.2Z after\n"
+            return SimpleNamespace(stream=gen)
+
+    lines = list(PodLogFollower(Api(), "ns", "p", "vllm").stream(th.Event()))
+    assert len(lines) == 2 and len(lines[0]) < (1 << 20) + 100 and lines[1] == "after"

@@ -118,10 +118,11 @@ annotations:
 {{- end -}}
 {{- end -}}
 
-{{/* Reject combinations known to be wrong (see docs/runbook.md and /work/shared/notes/aiter-fa-fix.md), judged on
-the effective settings (templates/_effective.tpl), never on the raw values.
+{{/* Reject combinations known to be wrong, judged on the effective settings (templates/_effective.tpl), never on the
+raw values: the known-issues data (templates/_known_issues.tpl) and the rules below it.
 AITER FA graph support per release: 0.10.1.x NEVER (unpatched), 0.10.2 ALWAYS (unpatched: wrong), patched or 0.11..0.19
-UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECEWISE), 0.20+ UNIFORM_BATCH. */}}
+UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECEWISE), 0.20+ UNIFORM_BATCH. The first
+two are rows of the data; spec decode on AITER FA (vllm#31625, and the unverified 0.10.x row) stays a rule here. */}}
 {{- define "vllm-rocm.validate" -}}
 {{- $e := include "vllm-rocm.effective" . | fromJson -}}
 {{- with $e.refusals -}}
@@ -138,11 +139,9 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{- if and $e.attentionBackend (semverCompare "<0.14.0-0" $rel) -}}
 {{- fail (printf "attentionBackend=%s needs vLLM >= 0.14 (vllm.release=%s has no --attention-backend flag; on 0.10.x/0.11 AITER FA is chosen by aiter.enabled + aiter.mha)" $e.attentionBackend $e.release) -}}
 {{- end -}}
-{{- if and $graphs $e.aiterFA $unpatched010 (semverCompare "<0.10.2-0" $e.releasePatch) (hasPrefix "FULL" $mode) -}}
-{{- fail (printf "compilation.cudagraphMode=%s with the AITER FlashAttention backend on an unpatched vLLM %s fails at capture: the backend's full-graph flag is dead code, so its support is AttentionCGSupport.NEVER (vllm#25104 fixes it). Use compilation.cudagraphMode=PIECEWISE (with attention split out: no splitting_ops override), or an image with the AITER FA patch (vllm.patched=true), which makes FULL_AND_PIECEWISE possible." $modeText $e.release) -}}
-{{- end -}}
-{{- if and $graphs $e.aiterFA $unpatched010 (eq $mode "FULL") -}}
-{{- fail (printf "compilation.cudagraphMode=%s with the AITER FlashAttention backend on an unpatched vLLM %s gives silently wrong outputs and capture OOMs (vllm#25104: the backend wrongly declared full-graph support ALWAYS, so prefill is frozen into every graph). Use compilation.cudagraphMode=FULL_AND_PIECEWISE (with attention split out: no splitting_ops override), or an image with the AITER FA patch (vllm.patched=true)." $modeText $e.release) -}}
+{{- /* The known issues (files/known-issues.json, templates/_known_issues.tpl): AITER FA on 0.10.x among them. */ -}}
+{{- with include "vllm-rocm.knownIssuesRefusal" (include "vllm-rocm.knownIssues" (dict "root" . "e" $e) | fromJson) -}}
+{{- fail (printf "%s\n(judged on compilation.cudagraphMode=%s)" . $modeText) -}}
 {{- end -}}
 {{- if and $graphs $e.aiterFA $e.speculative (hasPrefix "FULL" $mode) (or (eq $mode "FULL") $unpatched010) (semverCompare "<0.20.0-0" $rel) -}}
 {{- fail (printf "compilation.cudagraphMode=%s with speculative decoding on the AITER FlashAttention backend (vLLM %s): decode graphs have query length 1+k, which this backend cannot run as full graphs (unpatched 0.10.2 freezes flash-attention in and returns wrong tokens; vllm#25104, vllm#31625). Use compilation.cudagraphMode=PIECEWISE, or another attentionBackend." $modeText $e.release) -}}
@@ -178,7 +177,7 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{/* The --compilation-config JSON: cudagraph_mode + capture sizes + the free map. */}}
 {{- define "vllm-rocm.compilationConfig" -}}
 {{- $cc := deepCopy .Values.compilation.compilationConfig -}}
-{{- $_ := set $cc "cudagraph_mode" .Values.compilation.cudagraphMode -}}
+{{- $_ := set $cc "cudagraph_mode" (include "vllm-rocm.cudagraphMode" .) -}}
 {{- if .Values.compilation.captureSizes -}}
 {{- $_ := set $cc "cudagraph_capture_sizes" .Values.compilation.captureSizes -}}
 {{- end -}}
@@ -222,6 +221,10 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 {{- with .Values.kvCacheDtype }}
 - "--kv-cache-dtype"
 - {{ . | quote }}
+{{- end }}
+{{- if and .Values.quantization (ne .Values.quantization "none") }}
+- "--quantization"
+- {{ .Values.quantization | quote }}
 {{- end }}
 {{- if gt (int .Values.maxNumSeqs) 0 }}
 - "--max-num-seqs"
@@ -306,9 +309,17 @@ so these volumes are all it can write to. */}}
 {{- define "vllm-rocm.canaryConfigMap" -}}
 {{- if .Values.canary.existingConfigMap -}}
 {{- .Values.canary.existingConfigMap -}}
-{{- else if .Values.canary.baseline -}}
+{{- else if include "vllm-rocm.canaryBaseline" . -}}
 {{- printf "%s-canary" (include "vllm-rocm.fullname" .) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Optional sidecar settings (0 = the sidecar's default): value name -> flag of `vllm-rocm-health serve`. */}}
+{{- define "vllm-rocm.sidecarFlags" -}}
+canaryTimeout: --canary-timeout
+canaryMaxAgeIntervals: --canary-max-age-intervals
+canaryMaxTokens: --canary-max-tokens
+healthInterval: --health-interval
 {{- end -}}
 
 {{- define "vllm-rocm.sidecar" -}}
@@ -331,9 +342,12 @@ so these volumes are all it can write to. */}}
     - {{ (include "vllm-rocm.effective" . | fromJson).configMode | quote }}
     - "--canary-interval"
     - {{ .Values.sidecar.canaryInterval | quote }}
-    {{- if gt (int .Values.sidecar.canaryMaxTokens) 0 }}
-    - "--canary-max-tokens"
-    - {{ .Values.sidecar.canaryMaxTokens | quote }}
+    {{- range $key, $flag := include "vllm-rocm.sidecarFlags" . | fromYaml }}
+    {{- $v := index $.Values.sidecar $key }}
+    {{- if gt (float64 $v) 0.0 }}
+    - {{ $flag | quote }}
+    - {{ $v | quote }}
+    {{- end }}
     {{- end }}
     {{- if include "vllm-rocm.canaryConfigMap" . }}
     - "--canary-baseline"
@@ -351,6 +365,15 @@ so these volumes are all it can write to. */}}
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
+    # What vLLM does not log: the sidecar judges the known issues with the facts the chart's guard used.
+    {{- with .Values.rocm.version }}
+    - name: VLLM_HEALTH_ROCM_VERSION
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with .Values.rocm.gpuArch }}
+    - name: VLLM_HEALTH_GPU_ARCH
+      value: {{ . | quote }}
+    {{- end }}
     {{- with .Values.sidecar.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
