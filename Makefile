@@ -41,8 +41,10 @@ images: setup ## Build the default vLLM image + sidecar with buildah, no Docker 
 	@$(PY) -m vllm_rocm_stack.images build --bases $(IMAGE_BASES) $(IMAGES)
 
 lock: ## Re-resolve requirements/*.lock from requirements/*.in
-	@$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
-	  --no-emit-find-links --no-emit-index-url -o requirements/dev.lock requirements/dev.in
+	@for name in dev checkov; do \
+	  $(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	    --no-emit-find-links --no-emit-index-url -o requirements/$$name.lock requirements/$$name.in || exit 1; \
+	done
 
 clean: ## Remove .work/ (venvs, tools, caches, models, built images)
 	@[ ! -x $(PY) ] || $(PY) -m vllm_rocm_stack.images clean || true

