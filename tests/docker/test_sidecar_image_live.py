@@ -83,13 +83,6 @@ def compose_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def proxy(vllm_server: VllmServer) -> Iterator[SwitchableProxy]:
-    p = SwitchableProxy(vllm_server.base_url)
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
 def sidecar(built_images: dict, vllm_server: VllmServer, proxy: SwitchableProxy,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarContainer]:
     img = built_images["by_dockerfile"][HEALTH_DOCKERFILE]

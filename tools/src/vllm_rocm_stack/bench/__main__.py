@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from ..config import WORK
+from ..qualify.machine import cpu_model
 from .loggen import generate
 from .parse import bench_parse
 from .report import table
@@ -45,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--lines-per-hour", type=int, default=360_000,
                       help="log lines per hour-equivalent (a busy server: 100 lines/s)")
     live.add_argument("--hours-interval", type=float, default=1.0,
-                      help="seconds between canary runs in the hour-equivalent run (time compressed; the sidecar allows >= 1)")
+                      help="seconds between canary runs in the hour-equivalent run (time compressed; "
+                           "the sidecar allows >= 1)")
     return ap
 
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                "cpu": _cpu_model(), "python": platform.python_version()}}
+                                "cpu": cpu_model(), "python": platform.python_version()}}
     with tempfile.TemporaryDirectory(dir=args.out.parent) as tmp:
         work = Path(tmp)
         log = work / "big.log"
@@ -81,16 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     print(f"\nJSON: {args.out}")
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

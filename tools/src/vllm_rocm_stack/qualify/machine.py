@@ -17,7 +17,8 @@ def _run(argv: list[str]) -> str:
         return ""
 
 
-def _cpu() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (for reports: the bench and qualify print what they ran on)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -31,5 +32,5 @@ def describe() -> dict[str, object]:
     gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
     if not gpus:
         gpus = _run(["rocm-smi", "--showproductname", "--csv"])
-    return {"platform": platform.platform(), "cpu": _cpu(), "cpus": os.cpu_count(),
+    return {"platform": platform.platform(), "cpu": cpu_model(), "cpus": os.cpu_count(),
             "gpus": [g.strip() for g in gpus.splitlines() if g.strip()]}
