@@ -4,8 +4,9 @@ WORK ?= .work
 VENV := $(WORK)/venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(WORK)/bin:$(PATH)
+IMAGE_BASES ?= pinned
 
-.PHONY: help setup setup-vllm run test test-fast lint bench patches-status dashboard lock clean
+.PHONY: help setup setup-vllm run test test-fast lint bench qualify images patches-status dashboard lock clean
 
 # `make run RUN_ARGS=--help` / `make bench BENCH_ARGS=--help`: print the help at once with the system python
 # (those paths import only the standard library), instead of installing vLLM first.
@@ -46,9 +47,18 @@ patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-pac
 dashboard: setup ## Regenerate the Grafana dashboard JSON of the chart from tools/src/vllm_rocm_stack/dashboard.py
 	@$(PY) -m vllm_rocm_stack.dashboard --write
 
-lock: ## Re-resolve requirements/*.lock from requirements/*.in
-	@$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
-	  --no-emit-find-links --no-emit-index-url -o requirements/dev.lock requirements/dev.in
+qualify: setup-vllm ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
+	@$(PY) -m vllm_rocm_stack.cli qualify run --quick $(QUALIFY_ARGS)
 
-clean: ## Remove .work/ (venvs, tools, caches, models)
+images: setup ## Build the default vLLM image + sidecar with buildah, no Docker engine (IMAGE_BASES=stand-in: no registry)
+	@$(PY) -m vllm_rocm_stack.images build --bases $(IMAGE_BASES) $(IMAGES)
+
+lock: ## Re-resolve requirements/*.lock from requirements/*.in
+	@for name in dev checkov; do \
+	  $(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	    --no-emit-find-links --no-emit-index-url -o requirements/$$name.lock requirements/$$name.in || exit 1; \
+	done
+
+clean: ## Remove .work/ (venvs, tools, caches, models, built images)
+	@[ ! -x $(PY) ] || $(PY) -m vllm_rocm_stack.images clean || true
 	rm -rf $(WORK)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from vllm_rocm_stack.config import WORK
+from vllm_rocm_stack.proxy import SwitchableProxy
 
 from tests.support.vllm_server import VLLM_PYTHON, VllmServer, free_port
 
@@ -38,3 +39,12 @@ def vllm_perturbed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     server = _start(BAD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm-bad"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(vllm_server: VllmServer) -> Iterator[SwitchableProxy]:
+    """The failure injector in front of the real server (vllm_rocm_stack.proxy): forwards unchanged until a test
+    sets a fault or switches it to another server. One per test module, so faults never leak between modules."""
+    p = SwitchableProxy(vllm_server.base_url)
+    yield p
+    p.close()

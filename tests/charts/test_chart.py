@@ -51,7 +51,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                   "autoscaling.keda.enabled": True},
     "monitoring-on": {"metrics.serviceMonitor.enabled": True, "metrics.podMonitor.enabled": True,
                       "metrics.prometheusRule.enabled": True},
-    "aiter-off": {"aiter.enabled": False, "aiter.mha": False},
+    # TRITON_ATTN (the backend without AITER) crashes in FULL* modes on 0.14+: known issue
+    # triton-attn-rocm-full-capture-fault, so PIECEWISE.
+    "aiter-off": {"aiter.enabled": False, "aiter.mha": False, "compilation.cudagraphMode": "PIECEWISE"},
     "release-0.10.2": {"vllm.release": "0.10.2", "compilation.cudagraphMode": "PIECEWISE"},
     "release-0.20": {"vllm.release": "0.20.0", "attentionBackend": "ROCM_AITER_FA"},
     "everything": {"metrics.serviceMonitor.enabled": True, "metrics.prometheusRule.enabled": True,
@@ -61,6 +63,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                    "compilation.captureSizes": [1, 2, 4, 8], "kvCacheDtype": "fp8", "maxNumSeqs": 64,
                    "maxModelLen": 8192, "extraArgs": ["--enable-prefix-caching"], "image.digest": "sha256:" + "a" * 64},
     "hpa": {"autoscaling.hpa.enabled": True},
+    "caches-off": {"modelCache.enabled": False, "compileCache.enabled": False, "networkPolicy.allowFrom": [
+        {"namespaceSelector": {"matchLabels": {"team": "ml"}}}]},
     **{f"mode-{m}": {"compilation.cudagraphMode": m} for m in MODES},
     "eager": {"enforceEager": True, "compilation.cudagraphMode": "NONE"},
 }
@@ -143,7 +147,7 @@ def test_compilation_config_always_json_never_dash_o(mode: str) -> None:
 def test_json_args_survive_quotes() -> None:
     """JSON values are list items, never re-quoted by a shell: a quote inside a value survives."""
     docs = render({"compilation.compilationConfig": {"debug_dump_path": "/tmp/it's \"here\""},
-                   "speculativeConfig": SPEC, "attentionBackend": "TRITON_ATTN"})
+                   "speculativeConfig": SPEC, "attentionBackend": "ROCM_ATTN"})
     vllm = container(pod_spec(docs), "vllm")
     assert vllm["command"] == ["vllm", "serve"]
     assert json.loads(arg_value(vllm["args"], "--compilation-config"))["debug_dump_path"] == "/tmp/it's \"here\""
@@ -215,18 +219,13 @@ def test_image_digest_wins() -> None:
 
 
 def test_aiter_env_and_attention_backend() -> None:
-    env = {e["name"]: e.get("value") for e in container(pod_spec(render({"aiter.enabled": False})), "vllm")["env"]}
+    off = {"aiter.enabled": False, "compilation.cudagraphMode": "PIECEWISE"}
+    env = {e["name"]: e.get("value") for e in container(pod_spec(render(off)), "vllm")["env"]}
     assert env["VLLM_ROCM_USE_AITER"] == "0"
     args = container(pod_spec(render({"attentionBackend": "ROCM_AITER_FA"})), "vllm")["args"]
     assert arg_value(args, "--attention-backend") == "ROCM_AITER_FA"
     env = {e["name"]: e.get("value") for e in container(pod_spec(render()), "vllm")["env"]}
     assert env["VLLM_CACHE_ROOT"] == "/cache/vllm" and env["TORCHINDUCTOR_CACHE_DIR"] == "/cache/inductor"
-
-
-def test_rbac_least_privilege() -> None:
-    role = kinds(render())["Role"][0]
-    rules = {(r["resources"][0], tuple(r["verbs"])) for r in role["rules"]}
-    assert rules == {("pods", ("get",)), ("pods/log", ("get",)), ("events", ("create", "patch"))}
 
 
 def test_monitoring_gated_by_capabilities() -> None:
@@ -282,7 +281,8 @@ def test_multinode_leaderworkerset() -> None:
 
 
 def test_helm_test_pod() -> None:
-    tests = [d for d in render() if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    tests = [d for d in render() if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"
+             and d["kind"] == "Pod"]
     assert len(tests) == 1
     script = tests[0]["spec"]["containers"][0]["args"][0]
     compile(script, "helm-test", "exec")  # the embedded program is valid Python
@@ -296,11 +296,12 @@ SPEC = {"method": "eagle3", "num_speculative_tokens": 2}
 
 
 @pytest.mark.parametrize("values,message", [
-    # Known-wrong CUDA-graph combinations (docs/runbook.md, aiter-fa-fix notes).
-    ({"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2", "vllm.patched": False}, "vllm#25104"),
+    # Known-wrong CUDA-graph combinations (known-issues/known-issues.json; tests/charts/test_known_issues_chart.py).
+    ({"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2", "vllm.patched": False},
+     "aiter-fa-full-cudagraph-always [wrong_tokens]"),
     ({"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2", "vllm.patched": False}, "FULL_AND_PIECEWISE"),
     ({"compilation.cudagraphMode": "FULL_AND_PIECEWISE", "vllm.release": "0.10.1.1", "vllm.patched": False},
-     "AttentionCGSupport.NEVER"),
+     "aiter-fa-cudagraph-dead-flag [crash]"),
     ({"compilation.cudagraphMode": "FULL", "attentionBackend": "ROCM_AITER_FA", "speculativeConfig": SPEC},
      "speculative decoding"),
     ({"compilation.cudagraphMode": "FULL_DECODE_ONLY", "vllm.release": "0.10.2", "vllm.patched": False,

@@ -58,6 +58,7 @@ GUARDED_FLAGS: dict[str, str] = {
     "speculative.model": "speculativeConfig",
     "speculative.num_speculative_tokens": "speculativeConfig",
     "cache.cache_dtype": "kvCacheDtype",
+    "model.quantization": "quantization",
     "scheduler.max_num_seqs": "maxNumSeqs",
     "cli.max_num_seqs": "maxNumSeqs",
     "parallel.tensor_parallel_size": "tensorParallelSize",
@@ -351,8 +352,8 @@ def test_issue_bypass_underscore_flag_after_the_chart_flag() -> None:
 
 
 @pytest.mark.parametrize("release,message", [
-    ("0.10.2", "vllm#25104"),                   # ALWAYS declared: FULL is honoured and wrong
-    ("0.10.1.1", "AttentionCGSupport.NEVER"),   # NEVER: capture raises
+    ("0.10.2", "aiter-fa-full-cudagraph-always"),  # ALWAYS declared: FULL is honoured and wrong
+    ("0.10.1.1", "aiter-fa-cudagraph-dead-flag"),  # NEVER: capture raises
 ])
 def test_issue_bypass_empty_splitting_ops_is_full_on_010(release: str, message: str) -> None:
     """The issue's second bypass: PIECEWISE with `splitting_ops: []` on 0.10.x is FULL inside vLLM."""
@@ -380,7 +381,7 @@ def test_issue_bypass_empty_splitting_ops_is_full_on_010(release: str, message: 
                                                          "vllm::unified_attention_with_output"]}},  # 0.12+ names
 ])
 def test_attention_inside_piecewise_graphs_is_judged_full(values: dict[str, Any]) -> None:
-    assert "vllm#25104" in render_error(values)
+    assert "aiter-fa-full-cudagraph-always [wrong_tokens]" in render_error(values)
     eff = effective({**values, "vllm.patched": True})
     assert eff["mode"] == "FULL" and eff["attentionInPiecewiseGraphs"] is True, eff
 

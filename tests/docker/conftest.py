@@ -1,8 +1,11 @@
-"""Fixtures for the image tests: paths, tool binaries, and private copies of real vLLM release trees."""
+"""Fixtures for the image tests: paths, tool binaries, private copies of real vLLM release trees, and the
+images themselves, built with buildah once per session."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +23,9 @@ BIN = Path(sys.executable).parent  # the project venv: hadolint, shellcheck, ruf
 DOCKERFILES = sorted(DOCKER.glob("**/Dockerfile*"), key=str)
 DOCKERFILES = [p for p in DOCKERFILES if not p.name.endswith(".dockerignore")]
 VLLM_DOCKERFILES = [p for p in DOCKERFILES if p.parent.name == "vllm-rocm"]
+# A cold build (debootstrap, the vLLM wheel, the sidecar's dependencies from PyPI) took ~2.5 min on 2 busy
+# cores; this only stops a hung build.
+BUILD_TIMEOUT = 1500
 
 
 def tool(name: str) -> str:
@@ -38,3 +44,21 @@ def release_copy(tmp_path: Path) -> Callable[[str], Path]:
         return copy_release_tree(version, tmp_path / f"vllm-{version}")
 
     return make
+
+
+@pytest.fixture(scope="session")
+def built_images(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Both images, built once per session by `make images`'s command on stand-in bases (no registry here):
+    buildah, the project's Dockerfiles, the bake file's arguments. The manifest says what was built from what;
+    a failed build fails every test that needs it, with the failing step and the log's tail."""
+    out = tmp_path_factory.mktemp("images")
+    manifest, log = out / "manifest.json", out / "build.log"
+    argv = [sys.executable, "-m", "vllm_rocm_stack.images", "build", "--bases", "stand-in", "--manifest", str(manifest)]
+    with open(log, "w") as fh:
+        rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT, cwd=REPO).returncode
+    text = log.read_text(errors="replace")
+    if rc != 0:
+        pytest.fail(f"`{' '.join(argv[1:])}` failed ({rc}):\n" + "\n".join(text.splitlines()[-60:]), pytrace=False)
+    data = json.loads(manifest.read_text())
+    data["by_dockerfile"] = {img["dockerfile"]: img for img in data["images"]}
+    return data

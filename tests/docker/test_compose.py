@@ -1,13 +1,17 @@
 """docker/compose.yaml and docker/prometheus/prometheus.yml, checked without an engine.
 
 The compose file is validated against the Compose Specification JSON schema (vendored by check-jsonschema),
-raw and after interpolating its ${VAR:-default}s the way compose does; `docker compose config -q` runs too
-when the compose plugin is installed. The Prometheus config is checked with promtool against the real rules."""
+raw and after interpolating its ${VAR:-default}s the way compose does, and read by a real compose
+implementation, podman-compose (PyPI, pinned in the lock): `config` must resolve it to what these tests read,
+and `up --dry-run` must turn it into the container commands a ROCm node needs. No engine runs here, so no
+container is started; Docker's own compose (a Go plugin) is not installable from the registries reached here.
+The Prometheus config is checked with promtool against the real rules."""
 
 from __future__ import annotations
 
+import os
 import re
-import shutil
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -19,15 +23,34 @@ from tests.docker.conftest import DOCKER, REPO, tool
 COMPOSE = DOCKER / "compose.yaml"
 PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
 RULES = REPO / "charts" / "vllm-rocm" / "files" / "alerts.rules.yaml"
-INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
-    return INTERP.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""), text)
+    """Compose's ${V}, ${V:-default} and ${V:?error} (an unset required variable is compose's error)."""
+    def one(m: re.Match) -> str:
+        name, op, arg = m.group(1), m.group(2) or "", m.group(3) or ""
+        if env.get(name):
+            return env[name]
+        if op.endswith("?"):
+            raise ValueError(f"{name}: {arg}")
+        return arg
+    return INTERP.sub(one, text)
+
+
+def _interpolated(node: object, env: dict[str, str]) -> object:
+    if isinstance(node, str):
+        return interpolate(node, env)
+    if isinstance(node, list):
+        return [_interpolated(x, env) for x in node]
+    if isinstance(node, dict):
+        return {k: _interpolated(v, env) for k, v in node.items()}
+    return node
 
 
 def load(env: dict[str, str] | None = None) -> dict:
-    return yaml.safe_load(interpolate(COMPOSE.read_text(), env or {}))
+    """As compose reads it: YAML first, then ${VAR} in string values (a substituted value stays a string)."""
+    return _interpolated(yaml.safe_load(COMPOSE.read_text()), env or {})  # type: ignore[return-value]
 
 
 def schema_check(path: Path) -> None:
@@ -124,22 +147,55 @@ def test_prometheus_config_is_valid_and_matches_the_rule_selectors(tmp_path: Pat
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def _compose_cli() -> list[str] | None:
-    docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
-        return [docker, "compose"]
-    return None
+def podman_compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([tool("podman-compose"), *args], capture_output=True, text=True, timeout=120,
+                          env={"PATH": os.environ["PATH"], **(env or {})})
 
 
-@pytest.mark.skipif(_compose_cli() is None, reason="the docker compose plugin is not installed here")
-def test_docker_compose_config() -> None:
-    cli = _compose_cli()
-    assert cli
-    for profile in ([], ["--profile", "monitoring"]):
-        res = subprocess.run(
-            [*cli, "-f", str(COMPOSE), *profile, "config", "-q"], capture_output=True, text=True, timeout=60
-        )
-        assert res.returncode == 0, res.stderr
+@pytest.mark.parametrize("profile", [[], ["--profile", "monitoring"]], ids=["default", "monitoring"])
+def test_podman_compose_config_resolves_what_these_tests_read(profile: list[str]) -> None:
+    env = {"RENDER_GID": "109"}
+    res = podman_compose("--dry-run", "-f", str(COMPOSE), *profile, "config", env=env)
+    assert res.returncode == 0, res.stderr
+    resolved = yaml.safe_load(res.stdout)
+    ours = load(env)
+    want = {n for n, svc in ours["services"].items() if not svc.get("profiles") or set(svc["profiles"]) & set(profile)}
+    assert set(resolved["services"]) == want
+    for name in want:
+        theirs = resolved["services"][name]
+        for key in ("image", "environment", "ports", "devices", "group_add", "ipc", "security_opt", "healthcheck"):
+            if key in ours["services"][name]:
+                assert theirs[key] == ours["services"][name][key], (name, key)
+
+
+def test_podman_compose_up_dry_run_gives_the_rocm_container_setup(tmp_path: Path) -> None:
+    """The `podman create` commands podman-compose would run (it asks podman one question, `ps`, answered
+    from a private empty storage)."""
+    conf = tmp_path / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path / "root"}"\nrunroot = "{tmp_path / "run"}"\n')
+    res = podman_compose("--verbose", "--dry-run", "-f", str(COMPOSE), "--profile", "monitoring", "up", "-d",
+                         env={"RENDER_GID": "109", "CONTAINERS_STORAGE_CONF": str(conf)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    creates = {}
+    for line in (res.stdout + res.stderr).splitlines():
+        if "podman create " in line:
+            argv = shlex.split(line.split("podman create ", 1)[1])
+            service = next(a.split("=", 1)[1] for a in argv if a.startswith("io.podman.compose.service="))
+            creates[service] = argv
+    assert set(creates) == {"vllm", "health", "prometheus", "grafana"}
+    vllm, health = " ".join(creates["vllm"]), " ".join(creates["health"])
+    assert "--device /dev/kfd --device /dev/dri" in vllm
+    assert "--group-add 44 --group-add 109" in vllm
+    assert "--security-opt seccomp=unconfined" in vllm and "--cap-add" not in vllm
+    # podman-compose 1.6 does not apply `ipc: host` (docker/README.md says so): its users get a private IPC
+    # namespace with the compose file's shm_size, the fallback the file keeps for that case.
+    assert "--ipc" not in vllm and f"--shm-size {load()['services']['vllm']['shm_size']}" in vllm
+    assert "-p 127.0.0.1:8000:8000" in vllm and "-p 127.0.0.1:9400:9400" in health
+    log_volume = "source=vllm-rocm_vllm-logs,destination=/var/log/vllm"
+    assert f"type=volume,{log_volume} " in vllm + " " and f"type=volume,{log_volume},ro" in health
+    for name, svc in load({"RENDER_GID": "109"})["services"].items():  # image, then the command's arguments
+        argv = creates[name]
+        assert argv[argv.index(svc["image"]):] == [svc["image"], *svc.get("command", [])], name
 
 
 def test_grafana_is_optional_and_reads_the_charts_dashboard() -> None:

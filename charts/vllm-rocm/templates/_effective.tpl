@@ -4,12 +4,15 @@ The effective compilation settings: what vLLM will actually read, computed in on
 tensorParallelSize) with the meaning the deployed release gives them. Returns JSON; consumers use
 `include "vllm-rocm.effective" . | fromJson` (the guard, the sidecar's --requested-mode, NOTES, the pod annotation).
 
-Keys: release/releaseMinor/releasePatch, patched, requestedMode (compilation.cudagraphMode), configMode (the
+Keys: release/releaseMinor/releasePatch, patched, requestedMode (compilation.cudagraphMode, or the qualification report's mode: _qualification.tpl), configMode (the
 cudagraph_mode vLLM's config holds once its own config rules ran: what its log line shows), mode (the graph
 behaviour the guard judges: configMode, or FULL when attention ends up inside piecewise graphs), modeChanges (why
 they differ), eager, compileMode (0-3; 3 = VLLM_COMPILE / level 3) and compileModeKey, splittingOps,
 attentionInPiecewiseGraphs, captureSizes, maxCaptureSize, attentionBackend, aiterFA, aiter, kvCacheDtype,
-speculative, numSpeculativeTokens, maxNumSeqs, tensorParallelSize, compilationConfig (the --compilation-config map)
+speculative, numSpeculativeTokens, maxNumSeqs, tensorParallelSize, compilationConfig (the --compilation-config map),
+the facts the known-issues guard judges ("" = unknown to the chart; templates/_known_issues.tpl): backend and
+backendFrom (attentionBackend, or vLLM's automatic choice up to 0.18), rocmVersion, gpuArch, quantization,
+speculativeMethod, vllmEnv (the VLLM_ROCM_* variables the container sets) and vllmEnvUnknown (those from valueFrom),
 and refusals: every value, extraArgs/vllm.command item or extraEnv variable that would make vLLM read something
 else than these (the guard fails on any).
 
@@ -30,7 +33,7 @@ Release facts used here (each re-derived from the released files by tests/charts
 {{- $refusals := list -}}
 {{- $changes := list -}}
 {{- $user := default dict $v.compilation.compilationConfig -}}
-{{- $requested := $v.compilation.cudagraphMode -}}
+{{- $requested := include "vllm-rocm.cudagraphMode" . -}}
 {{- $eager := $v.enforceEager -}}
 {{- $piecewise := list "PIECEWISE" "FULL_AND_PIECEWISE" -}}
 
@@ -157,6 +160,38 @@ Release facts used here (each re-derived from the released files by tests/charts
 
 {{- $spec := default dict $v.speculativeConfig -}}
 {{- $aiterFA := or (eq $v.attentionBackend "ROCM_AITER_FA") (and (not $v.attentionBackend) $v.aiter.enabled $v.aiter.mha (semverCompare "<0.20.0-0" $rel)) -}}
+
+{{- /* The facts the known-issues guard judges (templates/_known_issues.tpl); "" = the chart does not know it. */ -}}
+{{- $arch := lower (trim (first (splitList ":" (toString $v.rocm.gpuArch)))) -}}
+{{- $backend := toString $v.attentionBackend -}}
+{{- $backendFrom := "attentionBackend" -}}
+{{- if not $backend -}}
+{{- if semverCompare "<0.19.0-0" $rel -}}
+{{- /* platforms/rocm.py up to 0.18: AITER FA when VLLM_ROCM_USE_AITER and VLLM_ROCM_USE_AITER_MHA on a gfx9 GPU
+(gfx90a, gfx942, gfx950; an unknown arch is taken for one: the chart targets Instinct GPUs), else TRITON_ATTN. */ -}}
+{{- $gfx9 := or (not $arch) (has $arch (list "gfx90a" "gfx942" "gfx950")) -}}
+{{- $backend = ternary "ROCM_AITER_FA" "TRITON_ATTN" (and $v.aiter.enabled $v.aiter.mha $gfx9) -}}
+{{- $backendFrom = printf "vLLM %s's automatic choice for a model with standard attention (%s)" $patch (ternary "aiter.enabled and aiter.mha on a gfx9 GPU" "AITER MHA off or not a gfx9 GPU" (eq $backend "ROCM_AITER_FA")) -}}
+{{- else -}}
+{{- $backendFrom = printf "unknown: from 0.19 vLLM picks the first backend of its priority list that accepts the model and kv-cache; set attentionBackend" -}}
+{{- end -}}
+{{- end -}}
+{{- $specMethod := "none" -}}
+{{- if $spec -}}{{- $specMethod = lower (toString (default "" (index $spec "method"))) -}}{{- end -}}
+{{- $env := dict "VLLM_ROCM_USE_AITER" (ternary "1" "0" $v.aiter.enabled) "VLLM_ROCM_USE_AITER_MHA" (ternary "1" "0" $v.aiter.mha) -}}
+{{- $envUnknown := list -}}
+{{- range $e := $v.extraEnv -}}
+{{- $name := toString $e.name -}}
+{{- if hasPrefix "VLLM_ROCM_" $name -}}
+{{- if hasKey $e "valueFrom" -}}
+{{- $_ := unset $env $name -}}
+{{- $envUnknown = append $envUnknown $name -}}
+{{- else -}}
+{{- $_ := set $env $name (toString (default "" $e.value)) -}}
+{{- $envUnknown = without $envUnknown $name -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- $eff := dict
   "release" (toString $v.vllm.release) "releaseMinor" $rel "releasePatch" $patch "patched" $v.vllm.patched
   "requestedMode" $requested "configMode" $config "mode" $mode "modeChanges" $changes
@@ -169,6 +204,9 @@ Release facts used here (each re-derived from the released files by tests/charts
   "numSpeculativeTokens" (int (default 0 (index $spec "num_speculative_tokens")))
   "maxNumSeqs" (int $v.maxNumSeqs) "tensorParallelSize" (int $v.tensorParallelSize)
   "compilationConfig" (include "vllm-rocm.compilationConfig" . | fromJson)
+  "rocmVersion" (toString $v.rocm.version) "gpuArch" $arch "backend" $backend "backendFrom" $backendFrom
+  "quantization" (lower (toString $v.quantization)) "speculativeMethod" $specMethod
+  "vllmEnv" $env "vllmEnvUnknown" (uniq $envUnknown)
   "refusals" $refusals -}}
 {{- toJson $eff -}}
 {{- end -}}

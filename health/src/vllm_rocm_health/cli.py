@@ -20,6 +20,7 @@ logprob fingerprint, mixed prefill+decode traffic, after-idle probe) compared wi
   serve             run the sidecar: /metrics, /healthz, /readyz
   parse FILE...     offline: what a vLLM log says, as JSON
   baseline record   take a canary baseline from a known-good server
+  qualification apply   check a `vllm-rocm-stack qualify` report and write what deployment takes from it
 
 Every serve flag has an environment variable VLLM_HEALTH_<FLAG> (e.g. VLLM_HEALTH_CANARY_INTERVAL).
 """
@@ -64,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         logging.getLogger(__name__).debug("canary CLI not available: no `baseline` subcommand")
     else:
         add_baseline_parser(sub)
+    from .qualification_cli import add_qualification_parser
+
+    add_qualification_parser(sub)
     return parser
 
 

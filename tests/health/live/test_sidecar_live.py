@@ -25,13 +25,6 @@ pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
-def proxy(vllm_server: VllmServer) -> Iterator[SwitchableProxy]:
-    p = SwitchableProxy(vllm_server.base_url)
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
 def sidecar(proxy: SwitchableProxy, vllm_server: VllmServer, baseline_file: Path, canary_timing: CanaryTiming,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
     t = canary_timing

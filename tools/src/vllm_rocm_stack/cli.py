@@ -19,6 +19,8 @@ Run the distribution's whole stack on one machine.
   rocm  on a real AMD GPU node: `docker compose -f docker/compose.yaml up` with the ROCm images.
 
 Select with --target or VLLM_ROCM_STACK_TARGET. Stops everything cleanly on Ctrl-C.
+
+`vllm-rocm-stack qualify run` finds the fastest cudagraph mode that still answers right (see qualify --help).
 """
 USAGE_NOTE = """\
 Run it as `make run` (sets up the vLLM CPU build first), with options in RUN_ARGS, e.g.
@@ -56,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="append", default=["monitoring"],
                      help="compose profiles for --target rocm (default: monitoring)")
     _add_config_flags(run)
+    from .qualify.cli import add_qualify_parser
+
+    add_qualify_parser(sub)
     return parser
 
 
@@ -63,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if getattr(args, "qualify_command", None):  # (qualify run has its own --command: the server template)
+        from .qualify.cli import main as qualify_main
+
+        return qualify_main(args)
     from .stack import run_compose, run_stack  # late: keeps --help instant
 
     if args.target == "rocm":

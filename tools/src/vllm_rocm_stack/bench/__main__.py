@@ -53,14 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--lines-per-hour", type=int, default=360_000,
                       help="log lines per hour-equivalent (a busy server: 100 lines/s)")
     live.add_argument("--hours-interval", type=float, default=1.0,
-                      help="seconds between canary runs in the hour-equivalent run (time compressed; the sidecar's "
-                      "--canary-interval, at least 1)")
+                      help="seconds between canary runs in the hour-equivalent run (time compressed; "
+                           "the sidecar allows >= 1)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .loggen import generate  # late: --help needs none of these (nor the venv)
+    from ..qualify.machine import cpu_model  # late: --help needs none of these (nor the venv)
+    from .loggen import generate
     from .parse import bench_parse
     from .report import table
     from .sidecar import bench_sidecar
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                "cpu": _cpu_model(), "python": platform.python_version()}}
+                                "cpu": cpu_model(), "python": platform.python_version()}}
     with tempfile.TemporaryDirectory(dir=args.out.parent) as tmp:
         work = Path(tmp)
         log = work / "big.log"
@@ -97,16 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     print(f"\nJSON: {args.out}\nwall time: {result['wall_seconds']:.0f} s")
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,114 @@
+"""Qualification reports: which cudagraph modes gave right answers, and how fast, on one node.
+
+`vllm-rocm-stack qualify run` writes them; deployment reads them here (compose's gate container through
+`vllm-rocm-health qualification apply`; the Helm chart's templates/_qualification.tpl mirrors `choose_mode`).
+Reading is strict: a report that is malformed, names no mode, or says the chosen mode did not pass is refused
+with a reason, never taken as a pass.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .logparse import MODES
+
+FORMAT = 1
+KIND = "vllm-rocm-qualification"
+VERDICTS = ("pass", "fail", "error")
+
+
+class QualificationError(Exception):
+    """The report cannot be used, or it refuses the mode asked for."""
+
+
+@dataclass(frozen=True)
+class Report:
+    raw: dict[str, Any]
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.raw["rows"]
+
+    @property
+    def recommended(self) -> str | None:
+        return self.raw.get("recommended")
+
+    @property
+    def served_model_name(self) -> str:
+        return str(self.raw.get("served_model_name", ""))
+
+    @property
+    def vllm_version(self) -> str:
+        return str(self.raw.get("vllm_version", ""))
+
+    @property
+    def baseline(self) -> dict[str, Any] | None:
+        return self.raw.get("baseline")
+
+    def row(self, mode: str) -> dict[str, Any] | None:
+        return next((r for r in self.rows if r["mode"] == mode), None)
+
+    def choose_mode(self, mode: str = "") -> str:
+        """`mode` if the report says it passed, or the recommended mode when `mode` is empty; else refuse."""
+        if not mode:
+            if not self.recommended:
+                raise QualificationError("the report recommends no mode: none passed ("
+                                         + "; ".join(f"{r['mode']}: {r['verdict']}" for r in self.rows) + ")")
+            mode = self.recommended
+        if mode not in MODES:
+            raise QualificationError(f"{mode!r} is not a cudagraph_mode ({', '.join(MODES)})")
+        row = self.row(mode)
+        if row is None:
+            raise QualificationError(f"cudagraph_mode {mode} was not qualified: the report covers "
+                                     + ", ".join(r["mode"] for r in self.rows))
+        if row["verdict"] != "pass":
+            raise QualificationError(f"cudagraph_mode {mode} {'failed' if row['verdict'] == 'fail' else 'errored'} "
+                                     f"qualification: {row.get('verdict_reason') or 'no reason recorded'}")
+        return mode
+
+    def check_served_model(self, served_model_name: str) -> None:
+        if served_model_name and self.served_model_name != served_model_name:
+            raise QualificationError(f"the report qualified model {self.served_model_name!r}, this deployment "
+                                     f"serves {served_model_name!r}: qualify this model")
+
+
+def validate(raw: Any, source: str = "report") -> Report:
+    """The structure deployment relies on; everything else in the report is for people."""
+    if not isinstance(raw, dict):
+        raise QualificationError(f"{source}: not a JSON object")
+    if raw.get("kind") != KIND or raw.get("format") != FORMAT:
+        raise QualificationError(f"{source}: not a qualification report of format {FORMAT} "
+                                 f"(kind {raw.get('kind')!r}, format {raw.get('format')!r})")
+    rows = raw.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise QualificationError(f"{source}: no rows")
+    seen = set()
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or row.get("mode") not in MODES or row.get("verdict") not in VERDICTS:
+            raise QualificationError(f"{source}: row {i} needs a mode ({', '.join(MODES)}) and a verdict "
+                                     f"({', '.join(VERDICTS)})")
+        if row["mode"] in seen:
+            raise QualificationError(f"{source}: mode {row['mode']} appears twice")
+        seen.add(row["mode"])
+    rec = raw.get("recommended")
+    if rec is not None:
+        row = next(r for r in rows if r["mode"] == rec) if rec in seen else None
+        if row is None or row["verdict"] != "pass":
+            raise QualificationError(f"{source}: recommends {rec!r}, which is not a passing row")
+    base = raw.get("baseline")
+    if base is not None and not (isinstance(base, dict) and isinstance(base.get("answers"), list)
+                                 and isinstance(base.get("fingerprints"), list)):
+        raise QualificationError(f"{source}: baseline is not a canary baseline")
+    return Report(raw)
+
+
+def load(path: Path) -> Report:
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise QualificationError(f"{path}: not found") from e
+    except (OSError, ValueError) as e:
+        raise QualificationError(f"{path}: unreadable: {e}") from e
+    return validate(raw, str(path))

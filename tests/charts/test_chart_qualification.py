@@ -1,0 +1,154 @@
+"""The chart takes a qualification report (`--set-file qualification=report.json`, templates/_qualification.tpl):
+mode and canary baseline come from it, and a mode it did not pass is refused. Rendered with the real helm, on the
+real report of the H200 run (tests/fixtures/qualify/h200-vllm-0.26.0: FULL_DECODE_ONLY recommended, FULL failed)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from vllm_rocm_health.canary.baseline import Baseline
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "vllm-rocm"
+HELM = os.environ.get("HELM", str(ROOT / ".work" / "bin" / "helm"))
+REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"
+# What the report was measured with: the chart refuses it for another model or release.
+MATCH = {"vllm.release": "0.26.0", "model.name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+         "model.servedName": "smollm2-135m-instruct"}
+
+
+def helm_template(values: dict[str, Any], report: Path | None) -> subprocess.CompletedProcess[str]:
+    if not Path(HELM).exists():
+        pytest.fail(f"helm not found at {HELM} (run `make setup`)")
+    args = [HELM, "template", "rel", str(CHART), "-n", "llm"]
+    for key, val in values.items():
+        args += ["--set-json", f"{key}={json.dumps(val)}"]
+    if report is not None:
+        args += ["--set-file", f"qualification={report}"]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def render(values: dict[str, Any] | None = None, report: Path | None = REPORT) -> list[dict[str, Any]]:
+    proc = helm_template({**MATCH, **(values or {})}, report)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def refused(values: dict[str, Any] | None = None, report: Path | None = REPORT) -> str:
+    proc = helm_template({**MATCH, **(values or {})}, report)
+    assert proc.returncode != 0, "rendered, but must be refused"
+    return proc.stderr
+
+
+def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    return {c["name"]: c for c in dep["spec"]["template"]["spec"]["containers"]}
+
+
+def arg(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def mode_of(docs: list[dict[str, Any]]) -> tuple[str, str]:
+    c = containers(docs)
+    return (json.loads(arg(c["vllm"]["args"], "--compilation-config"))["cudagraph_mode"],
+            arg(c["health"]["args"], "--requested-mode"))
+
+
+def edited(tmp_path: Path, change) -> Path:
+    raw = json.loads(REPORT.read_text())
+    change(raw)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_without_a_report_the_default_mode_is_unchanged() -> None:
+    docs = render(report=None)
+    assert mode_of(docs) == ("FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE")
+    assert "ConfigMap" not in {d["kind"] for d in docs}
+
+
+def test_mode_and_baseline_come_from_the_report(tmp_path: Path) -> None:
+    docs = render()
+    assert mode_of(docs) == ("FULL_DECODE_ONLY", "FULL_DECODE_ONLY")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-canary"))
+    (tmp_path / "baseline.json").write_text(cm["data"]["baseline.json"])
+    base = Baseline.load(tmp_path / "baseline.json")  # the sidecar's own reader accepts it
+    assert json.loads(cm["data"]["baseline.json"]) == json.loads(REPORT.read_text())["baseline"]
+    assert base.model == "smollm2-135m-instruct" and base.seed == 20251202
+    c = containers(docs)
+    assert arg(c["health"]["args"], "--canary-baseline") == "/etc/vllm-rocm-health/baseline.json"
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]
+    # A new report rolls the pods: the checksum is over the baseline they mount.
+    text = cm["data"]["baseline.json"].rstrip("\n")
+    assert pod["metadata"]["annotations"]["checksum/canary"] == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_mode_that_passed_may_be_chosen() -> None:
+    assert mode_of(render({"compilation.cudagraphMode": "PIECEWISE"})) == ("PIECEWISE", "PIECEWISE")
+
+
+def test_the_mode_the_report_failed_is_refused() -> None:
+    err = refused({"compilation.cudagraphMode": "FULL"})
+    assert "cudagraph_mode FULL failed qualification on this node: first: 1/1 answers differ" in err
+    assert "recommended: FULL_DECODE_ONLY" in err
+
+
+def test_a_mode_the_report_did_not_cover_is_refused(tmp_path: Path) -> None:
+    report = edited(tmp_path, lambda r: r.update(rows=[x for x in r["rows"] if x["mode"] != "FULL_AND_PIECEWISE"]))
+    assert "FULL_AND_PIECEWISE was not qualified" in refused({"compilation.cudagraphMode": "FULL_AND_PIECEWISE"},
+                                                            report)
+
+
+def test_eager_needs_none_to_have_passed(tmp_path: Path) -> None:
+    docs = render({"enforceEager": True})
+    assert "--enforce-eager" in containers(docs)["vllm"]["args"] and mode_of(docs)[1] == "NONE"
+    none_failed = edited(tmp_path, lambda r: r["rows"][0].update(verdict="error", verdict_reason="did not start"))
+    assert "cudagraph_mode NONE errored qualification on this node: did not start" in refused(
+        {"enforceEager": True}, none_failed)
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"model.servedName": "llama"}, 'the report qualified model "smollm2-135m-instruct", this release serves "llama"'),
+    ({"vllm.release": "0.14.0"}, "measured on vLLM 0.26.0, vllm.release is 0.14.0"),
+    ({"canary.baseline": '{"model": "x"}'}, "give the canary baseline once"),
+])
+def test_a_report_for_something_else_is_refused(values: dict[str, Any], message: str) -> None:
+    assert message in refused(values)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda r: r.update(kind="bench"), "not a qualification report"),
+    (lambda r: r.update(rows="none"), "has no rows"),
+    (lambda r: r["rows"][1].update(verdict="fine"), "needs a cudagraph mode and a verdict"),
+    (lambda r: r.update(baseline=None), "carries no canary baseline"),
+    (lambda r: (r.update(recommended=None), [x.update(verdict="fail") for x in r["rows"]]), "recommends no mode"),
+])
+def test_malformed_reports_are_refused(tmp_path: Path, change, message: str) -> None:
+    assert message in refused(report=edited(tmp_path, change))
+
+
+def test_not_json_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text("mode: FULL\n")
+    assert "not JSON" in refused(report=tmp_path / "r.json")
+
+
+def test_qualified_render_is_valid_kubernetes(tmp_path: Path) -> None:
+    tool = Path(sys.executable).parent / "kubernetes-validate"
+    tool_path = str(tool) if tool.exists() else shutil.which("kubernetes-validate")
+    if not tool_path:
+        pytest.fail("kubernetes-validate not found (run `make setup`)")
+    docs = [d for d in render() if "monitoring.coreos.com" not in d["apiVersion"]]
+    (tmp_path / "o.yaml").write_text(yaml.safe_dump_all(docs))
+    proc = subprocess.run([tool_path, "-k", "1.33.0", "--strict", "--quiet", str(tmp_path / "o.yaml")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

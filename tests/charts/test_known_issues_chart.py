@@ -1,0 +1,549 @@
+"""The chart's known-issues guard agrees with the Python evaluator (vllm_rocm_patches.known_issues), row by row.
+
+Every row's trigger (`known_issues.example_config`) is rendered through the real helm: the chart must refuse exactly
+the rows `KnownIssues.blocking` names, and nothing when they are in allowKnownIssues, when the image's patches
+mitigate them, or when one condition of the row is moved off it. The PEP 440 comparison the templates implement and a
+few hundred random configurations are checked in one render each, through a copy of the chart with a probe template
+that calls the same helpers (templates/_known_issues.tpl) on many inputs. The Python side derives its `Config` from
+the values independently (`config_from_values`), so a wrong mapping in the chart fails here.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import random
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from vllm_rocm_patches import known_issues as ki
+from vllm_rocm_patches import series
+from vllm_rocm_patches.pep440 import InvalidVersion, SpecifierSet, Version
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helm_chart import CAPS, CHART, MODES, ROOT, container, helm, notes, pod_spec, render, render_error, set_args  # noqa: E402
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from tests.support.vllm_releases import GUARD_RELEASES, release_tree  # noqa: E402
+
+SOURCE = ROOT / "known-issues" / "known-issues.json"
+COPY = CHART / "files" / "known-issues.json"
+DATA = ki.load(SOURCE)
+SSET = series.load(ROOT / "patches")
+DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
+REFUSAL = "the chart refuses this configuration: it hits known issues"
+ROW = re.compile(r"^  - ([a-z0-9][a-z0-9-]*[a-z0-9]) \[(\w+)\]: ", re.M)
+# Rules of the chart's guard outside the data (templates/_helpers.tpl vllm-rocm.validate): the chart may refuse more
+# than the data says, never less. Each is a message fragment of such a refusal.
+CHART_REFUSES_MORE = ("with speculative decoding on the AITER FlashAttention backend",)
+GFX9 = ("gfx90a", "gfx942", "gfx950")
+BACKENDS = ("ROCM_AITER_FA", "TRITON_ATTN", "ROCM_ATTN", "ROCM_AITER_MLA", "ROCM_AITER_UNIFIED_ATTN")
+
+
+# --- mapping between chart values and the evaluator's Config -------------------------------------------------------
+
+def _default(key: str) -> Any:
+    node: Any = DEFAULTS
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _minor(release: str) -> tuple[int, int]:
+    parts = release.split(".")
+    return int(parts[0]), int(re.match(r"\d+", parts[1]).group(0))  # type: ignore[union-attr]
+
+
+def series_patches(release: str) -> frozenset[str]:
+    """The patch ids this project's image for `release` bakes in: its whole series (patches/vllm-<release>/)."""
+    rs = SSET.releases.get(release)
+    return frozenset(f"{rs.id}/{e.patch_name}" for e in rs.entries if e.patch_name) if rs else frozenset()
+
+
+def config_from_values(values: dict[str, Any]) -> ki.Config:
+    """What the chart deploys, as the evaluator's Config: written from the values' documentation, not from the
+    templates. `values` holds --set-json keys; the rest are the chart's defaults."""
+    def get(key: str) -> Any:
+        return values[key] if key in values else _default(key)
+
+    release = get("vllm.release")
+    arch = get("rocm.gpuArch") or None
+    aiter, mha = bool(get("aiter.enabled")), bool(get("aiter.mha"))
+    backend = get("attentionBackend") or None
+    if backend is None and _minor(release) < (0, 19):  # platforms/rocm.py up to 0.18, standard attention
+        gfx9 = arch is None or ki.normalize_arch(arch) in GFX9
+        backend = "ROCM_AITER_FA" if aiter and mha and gfx9 else "TRITON_ATTN"
+    env = {"VLLM_ROCM_USE_AITER": "1" if aiter else "0", "VLLM_ROCM_USE_AITER_MHA": "1" if mha else "0"}
+    for e in get("extraEnv"):
+        assert "valueFrom" not in e, "config_from_values cannot express a switch the chart does not know"
+        env[e["name"]] = str(e.get("value", ""))
+    spec = get("speculativeConfig") or {}
+    public = release.split("+", 1)[0]
+    fixes = get("vllm.fixesIssues")
+    if fixes:
+        patches = frozenset(p for p in (DATA.get(i).patch_id(public) for i in fixes) if p)
+    else:
+        patches = series_patches(public) if get("vllm.patched") else frozenset()
+    return ki.Config(
+        release=release, rocm=get("rocm.version") or None, arch=arch, attention_backend=backend, env=env,
+        kv_cache_dtype=get("kvCacheDtype") or "auto", quantization=get("quantization") or None,
+        speculative_method=(str(spec["method"]) if "method" in spec else None) if spec else "none",
+        tensor_parallel_size=int(get("tensorParallelSize")), max_num_seqs=int(get("maxNumSeqs")) or None,
+        mode="NONE" if get("enforceEager") else get("compilation.cudagraphMode"), patches=patches,
+    )
+
+
+def values_for(cfg: ki.Config, **extra: Any) -> dict[str, Any]:
+    """Chart values that deploy `cfg` (an example_config, maybe perturbed)."""
+    env = dict(cfg.env or {})
+    aiter = DATA.switch("VLLM_ROCM_USE_AITER", env)
+    mha = DATA.switch("VLLM_ROCM_USE_AITER_MHA", env)
+    values: dict[str, Any] = {
+        "vllm.release": cfg.release, "vllm.patched": False, "rocm.version": cfg.rocm or "",
+        "rocm.gpuArch": cfg.arch or "", "kvCacheDtype": cfg.kv_cache_dtype or "",
+        "quantization": cfg.quantization or "",
+        "tensorParallelSize": cfg.tensor_parallel_size, "gpusPerNode": max(8, cfg.tensor_parallel_size or 1),
+        "maxNumSeqs": cfg.max_num_seqs or 0, "compilation.cudagraphMode": cfg.mode,
+        "speculativeConfig": {} if cfg.speculative_method in (None, "none")
+        else {"method": cfg.speculative_method, "num_speculative_tokens": 2},
+    }
+    assert cfg.release is not None
+    if _minor(cfg.release) >= (0, 14):
+        values["attentionBackend"] = cfg.attention_backend or ""
+    elif cfg.attention_backend == "ROCM_AITER_FA":  # before 0.14 only the automatic choice picks a backend
+        aiter, mha = True, True
+        assert not cfg.arch or ki.normalize_arch(cfg.arch) in GFX9, cfg
+    elif cfg.attention_backend == "TRITON_ATTN":
+        mha = False
+    else:
+        raise ValueError(f"backend {cfg.attention_backend} cannot be chosen on vLLM {cfg.release} through the chart")
+    values["aiter.enabled"], values["aiter.mha"] = aiter, mha
+    values["extraEnv"] = [{"name": k, "value": v} for k, v in env.items()
+                          if k not in ("VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MHA")]
+    values.update(extra)
+    return values
+
+
+@dataclasses.dataclass
+class Verdict:
+    refused: set[str]  # known-issue ids the render refused
+    other: str = ""  # another refusal of the guard (CHART_REFUSES_MORE)
+
+
+def verdict(values: dict[str, Any]) -> Verdict:
+    proc = helm("template", "rel", str(CHART), "-n", "llm", *CAPS, *set_args(values), check=False)
+    if proc.returncode == 0:
+        return Verdict(set())
+    if REFUSAL in proc.stderr:
+        return Verdict({m for m, _ in ROW.findall(proc.stderr)})
+    return Verdict(set(), proc.stderr)
+
+
+def check_agrees(values: dict[str, Any], allow: tuple[str, ...] = ()) -> set[str]:
+    """Render `values`; the refused ids must be the evaluator's blocking ids. Returns them."""
+    cfg = config_from_values(values)
+    want = {m.issue.id for m in DATA.blocking(cfg, allow)}
+    got = verdict(values)
+    if got.other:
+        assert not want, f"{values}: the evaluator blocks {want}, the chart failed otherwise:\n{got.other}"
+        assert any(m in got.other for m in CHART_REFUSES_MORE), f"{values}: unexpected failure:\n{got.other}"
+    assert got.refused == want, f"{values}\n{cfg}\nchart refused {got.refused}, the evaluator blocks {want}"
+    return want
+
+
+# --- the data the chart reads --------------------------------------------------------------------------------------
+
+def test_chart_reads_the_single_source() -> None:
+    assert COPY.read_bytes() == SOURCE.read_bytes(), (
+        "charts/vllm-rocm/files/known-issues.json differs from known-issues/known-issues.json: "
+        "cp known-issues/known-issues.json charts/vllm-rocm/files/known-issues.json")
+
+
+def test_every_specifier_in_the_data_is_one_the_chart_evaluates() -> None:
+    for issue in DATA.issues:
+        for key in ("vllm", "rocm"):
+            for part in filter(None, (p.strip() for p in (issue.affects.get(key) or "").split(","))):
+                assert re.match(r"^(==|!=|<=|>=|<|>)\s*(?:[0-9]+!)?[^\s,;*+=<>!~]+$", part), f"{issue.id} {key}: {part}"
+
+
+def test_every_mitigation_patch_is_in_its_release_series() -> None:
+    """vllm.patched=true means 'the release's whole series'; the chart derives what that fixes from the data."""
+    for issue in DATA.issues:
+        for release, name in issue.patches.items():
+            assert f"vllm-{release}/{name}" in series_patches(release), (issue.id, release, name)
+
+
+# --- the probe: many inputs through the chart's own helpers in one render ------------------------------------------
+
+PROBE = r"""
+{{- $out := dict "pep440" (list) "configs" (list) -}}
+{{- range $p := .Values.probe.pep440 -}}
+{{- $v := include "vllm-rocm.pep440Parse" (index $p 0) | fromJson -}}
+{{- $r := "invalid" -}}
+{{- if $v.ok -}}
+{{- $r = include "vllm-rocm.pep440Contains" (dict "version" $v "spec" (index $p 1) "what" "probe") -}}
+{{- end -}}
+{{- $_ := set $out "pep440" (append $out.pep440 $r) -}}
+{{- end -}}
+{{- range $c := .Values.probe.configs -}}
+{{- $ctx := dict "Values" $c "Files" $.Files "Chart" $.Chart "Release" $.Release
+  "Capabilities" $.Capabilities "Template" $.Template -}}
+{{- $e := include "vllm-rocm.effective" $ctx | fromJson -}}
+{{- $ki := include "vllm-rocm.knownIssues" (dict "root" $ctx "e" $e) | fromJson -}}
+{{- $_ := set $out "configs" (append $out.configs $ki) -}}
+{{- end -}}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: probe
+data:
+  result: {{ toJson $out | quote }}
+"""
+
+
+@pytest.fixture(scope="module")
+def probe_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    chart = tmp_path_factory.mktemp("probe") / "vllm-rocm"
+    shutil.copytree(CHART, chart)
+    schema = json.loads((chart / "values.schema.json").read_text())
+    schema["properties"]["probe"] = {"type": "object"}
+    (chart / "values.schema.json").write_text(json.dumps(schema))
+    (chart / "templates" / "zz-probe.yaml").write_text(PROBE)
+    return chart
+
+
+def probe(chart: Path, tmp: Path, check: bool = True, **inputs: Any) -> Any:
+    (tmp / "probe.yaml").write_text(json.dumps({"probe": inputs}))
+    proc = helm("template", "rel", str(chart), "-f", str(tmp / "probe.yaml"), "--show-only",
+                "templates/zz-probe.yaml", check=check)
+    if not check:
+        return proc
+    return json.loads(yaml.safe_load(proc.stdout)["data"]["result"])
+
+
+def _nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """The chart's full values with the --set-json keys of `flat` applied (what helm would pass the templates)."""
+    values = copy.deepcopy(DEFAULTS)
+    for key, value in flat.items():
+        node = values
+        *head, last = key.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return values
+
+
+EDGE_VERSIONS = [
+    "0.10.1", "0.10.1.1", "0.10.2", "0.10.2+rocm700", "0.10.2.post1", "0.10.2-1", "0.10.2.r2", "0.10.2rc1",
+    "0.10.2c1", "0.10.2.pre1", "0.10.2-preview.2", "0.10.2a1", "0.10.2alpha1", "0.10.2.b3", "0.10.2beta", "0.10.2.dev3",
+    "0.10.2_dev", "0.10.2rc1.dev2", "0.10.2.post1.dev1", "0.10.3.dev0", "0.11.0.dev0", "0.11.0.dev5", "0.11.0rc1",
+    "0.11.0rc1+local.7", "0.11", "0.11.0", "0.11.0.0", "0.11.0.post1", "0.15.0.dev0", "0.15.0.dev1", "0.15.0rc0",
+    "0.15.0rc1", "0.15.0", "0.14.1", "0.28.9", "0.29.0", "0.29.0rc2", "0.30.0", "v0.33.0", "V0.33.0", " 0.19.0 ",
+    "1!0.1", "1!0.10.2", "0", "7.2", "7.2.0", "7.2.3", "7.2.4", "7.2.4.dev1", "7.1.1", "6.4.1", "7.0.0", "2025.10.06",
+    # not PEP 440: both sides must say so
+    "latest", "", "0.10.2-foo", "0..1", "1.0+", "0.10.x", "rocm7.0", "0.10.2+", "1!", "0.1.2.3.4.5.6.7.8.9.10",
+]
+EDGE_SPECS = [
+    ">0.10.2", ">=0.10.2", "<0.11.0", "<=0.11.0", "==0.10.2", "!=0.10.2", "<0.11.0rc1", "<0.11.0.dev0", ">0.10.2.post1",
+    ">0.10.2rc1", "==0.11", "==1!0.1", ">=0", "<0.15.0rc0", ">=0.15.0.dev0,<0.15.0rc0", ">=7.2.0,<7.2.4", "",
+    ">=0.10.1,<0.10.2", "<7.2.4", ">7.2", "<=7.2.4.dev1",
+]
+
+
+def test_pep440_templates_agree_with_the_python_implementation(probe_chart: Path, tmp_path: Path) -> None:
+    data_specs = {i.affects[k] for i in DATA.issues for k in ("vllm", "rocm") if i.affects.get(k)}
+    versions = list(dict.fromkeys(EDGE_VERSIONS + list(ki._RELEASE_CANDIDATES) + list(ki._ROCM_CANDIDATES)
+                                  + [p.split("=")[-1].lstrip("<>!") for s in data_specs for p in s.split(",")]))
+    specs = sorted(data_specs) + EDGE_SPECS
+    pairs = [(v, s) for v in versions for s in specs]
+    got = probe(probe_chart, tmp_path, pep440=pairs)["pep440"]
+    wrong = []
+    for (v, s), chart in zip(pairs, got, strict=True):
+        try:
+            want = "true" if SpecifierSet(s).contains(Version.parse(v)) else "false"
+        except InvalidVersion:
+            want = "invalid"
+        if v == "0.1.2.3.4.5.6.7.8.9.10":  # the chart reads at most 10 release numbers: refused, never misjudged
+            want = "invalid"
+        if chart != want:
+            wrong.append(f"{v!r} in {s!r}: chart {chart}, python {want}")
+    assert not wrong, "\n".join(wrong)
+    assert len(pairs) > 1500
+
+
+@pytest.mark.parametrize("spec", ["~=0.10", "==0.10.*", "===0.10.2", ">=0.10.2+rocm700", "0.10.2"])
+def test_a_specifier_the_templates_cannot_evaluate_fails_the_render(probe_chart: Path, tmp_path: Path,
+                                                                    spec: str) -> None:
+    proc = probe(probe_chart, tmp_path, check=False, pep440=[["0.10.2", spec]])
+    assert proc.returncode != 0 and "cannot evaluate the specifier" in proc.stderr, proc.stderr
+
+
+def test_a_malformed_data_copy_fails_the_render(tmp_path: Path) -> None:
+    chart = tmp_path / "vllm-rocm"
+    shutil.copytree(CHART, chart)
+    for text, message in (("{not json", "not a known-issues file"), (json.dumps({"schema_version": 2, "issues": []}),
+                                                                     "schema_version 1")):
+        (chart / "files" / "known-issues.json").write_text(text)
+        proc = helm("template", "rel", str(chart), check=False)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    (chart / "files" / "known-issues.json").unlink()
+    proc = helm("template", "rel", str(chart), check=False)
+    assert proc.returncode != 0 and "files/known-issues.json is missing" in proc.stderr
+
+
+# --- row by row, through helm template -----------------------------------------------------------------------------
+
+def _other_value(current: Any, candidates: Any, condition: Any) -> Any:
+    return next((c for c in candidates if c != current and not condition(c)), None)
+
+
+def perturbations(issue: ki.Issue, cfg: ki.Config) -> Iterator[tuple[str, ki.Config]]:
+    """The row's trigger with one condition moved off the row (where the chart can express the other value)."""
+    a = issue.affects
+    rep = dataclasses.replace
+    release = _other_value(cfg.release, [r for r in ki._RELEASE_CANDIDATES if _minor(r) >= (0, 10) and r != "0.9.2"],
+                           issue.vllm.contains)
+    if release:
+        backend = cfg.attention_backend
+        if _minor(release) < (0, 14) and backend not in ("ROCM_AITER_FA", "TRITON_ATTN"):
+            backend = "TRITON_ATTN"
+        yield "vllm", rep(cfg, release=release, attention_backend=backend)
+    if issue.rocm is not None:
+        yield "rocm", rep(cfg, rocm=_other_value(cfg.rocm, ki._ROCM_CANDIDATES, issue.rocm.contains))
+    if a.get("archs"):
+        yield "archs", rep(cfg, arch=_other_value(cfg.arch, GFX9, lambda x: x in a["archs"]))
+    if a.get("attention_backends"):
+        assert cfg.release is not None
+        allowed = BACKENDS if _minor(cfg.release) >= (0, 14) else ("ROCM_AITER_FA", "TRITON_ATTN")
+        other = _other_value(cfg.attention_backend, allowed, lambda x: x in a["attention_backends"])
+        if other:
+            yield "attention_backends", rep(cfg, attention_backend=other)
+    for name, want in (a.get("switches") or {}).items():
+        yield f"switches.{name}", rep(cfg, env={**(cfg.env or {}), name: "0" if want else "1"})
+    for key, field, pool in (("kv_cache_dtypes", "kv_cache_dtype", ("auto", "fp8", "bfloat16")),
+                             ("quantizations", "quantization", ("none", "fp8", "quark")),
+                             ("speculative_methods", "speculative_method", ("none", "ngram", "eagle"))):
+        if a.get(key):
+            yield key, rep(cfg, **{field: _other_value(getattr(cfg, field), pool, lambda x, k=key: x in a[k])})
+    for key, pool in (("tensor_parallel_size", (1, 2, 4, 8)), ("max_num_seqs", (64, 65, 100, 128, 256))):
+        if a.get(key):
+            yield key, rep(cfg, **{key: _other_value(getattr(cfg, key), pool,
+                                                     lambda n, k=key: ki.Range.of(a[k]).contains(n))})
+    mode = _other_value(cfg.mode, MODES, lambda m: m in a["modes"])
+    if mode:  # None: the row holds in every mode
+        yield "modes", rep(cfg, mode=mode)
+
+
+@pytest.mark.parametrize("issue", DATA.issues, ids=[i.id for i in DATA.issues])
+def test_chart_and_evaluator_agree_on_the_row(issue: ki.Issue) -> None:
+    example = ki.example_config(issue)
+    values = values_for(example)
+    cfg = config_from_values(values)
+    assert DATA.match(issue, cfg).status == ki.APPLIES, f"the chart values do not trigger {issue.id}: {cfg}"
+    refusable = issue.verified and issue.symptom in ki.BLOCKING_SYMPTOMS
+    blocked = check_agrees(values)
+    assert (issue.id in blocked) == refusable
+    if blocked:
+        # Accepted knowingly: renders, and NOTES says so.
+        allow = tuple(sorted(blocked))
+        assert check_agrees({**values, "allowKnownIssues": list(allow)}, allow) == set()
+        if not verdict({**values, "allowKnownIssues": list(allow)}).other:
+            text = notes({**values, "allowKnownIssues": list(allow)})
+            for i in allow:
+                assert f"ALLOWED by allowKnownIssues (refused otherwise): {i} [" in text, text
+        # Only this row allowed: the others still refuse.
+        assert check_agrees({**values, "allowKnownIssues": [issue.id]}, (issue.id,)) == blocked - {issue.id}
+    # The image's patches: this project's image for each release the row has a patch for.
+    for release in issue.patches:
+        if not issue.vllm.contains(release):
+            continue
+        patched = values_for(dataclasses.replace(example, release=release), **{"vllm.patched": True})
+        assert issue.id not in check_agrees(patched)
+        # An image at another patch level that lacks this fix (its label lists other ids) is not mitigated.
+        others = [i for i in DATA.fixed_by(series_patches(release))
+                  if DATA.get(i).patches.get(release) != issue.patches[release]]
+        if others:
+            partial = {**patched, "vllm.fixesIssues": others}
+            assert (issue.id in check_agrees(partial)) == refusable
+    # One condition off: no refusal from this row, and the chart agrees on the rest.
+    seen = []
+    for what, moved in perturbations(issue, example):
+        off = values_for(moved)
+        assert DATA.match(issue, config_from_values(off)).status == ki.NO, (issue.id, what, moved)
+        assert issue.id not in check_agrees(off)
+        seen.append(what)
+    assert len(seen) >= 2, seen  # every row has at least two conditions the chart can move off
+
+
+def test_refusal_names_the_mitigation_and_the_way_out() -> None:
+    issue = DATA.get("aiter-fa-full-cudagraph-always")
+    values = values_for(ki.example_config(issue))
+    err = render_error(values)
+    assert REFUSAL in err
+    assert issue.advice() in err
+    assert "In values: compilation.cudagraphMode=PIECEWISE or compilation.cudagraphMode=FULL_AND_PIECEWISE" in err
+    assert "vllm-0.10.2/0001-rocm-aiter-fa-uniform-single-token-decode.patch: vllm.patched=true" in err
+    assert "allowKnownIssues: [aiter-fa-full-cudagraph-always]" in err
+    assert "here: vLLM 0.10.2, attention backend ROCM_AITER_FA" in err
+    fp8 = DATA.get("aiter-fa-fp8-kv-cache-fnuz-view")
+    err = render_error(values_for(ki.example_config(fp8)))
+    assert fp8.advice() in err and "In values: aiter.mha=false" in err
+
+
+# --- random configurations -----------------------------------------------------------------------------------------
+
+def random_values(rng: random.Random) -> dict[str, Any]:
+    release = rng.choice(["0.10.1", "0.10.1.1", "0.10.2", "0.10.2+rocm700", "0.11.0", "0.11.0rc1", "0.14.0",
+                          "0.15.0.dev1", "0.15.0rc1", "0.15.0", "0.18.1", "0.19.0", "0.20.0", "0.22.1", "0.26.0",
+                          "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.33.0"])
+    patched = rng.random() < 0.5
+    values: dict[str, Any] = {
+        "vllm.release": release, "vllm.patched": patched,
+        "rocm.version": rng.choice(["", "6.4.1", "7.0.0", "7.2.0", "7.2.3", "7.2.4"]),
+        "rocm.gpuArch": rng.choice(["", "gfx942", "gfx950", "gfx90a", "gfx1100", "gfx942:sramecc+:xnack-"]),
+        "aiter.enabled": rng.random() < 0.6, "aiter.mha": rng.random() < 0.7,
+        "attentionBackend": rng.choice(("",) + BACKENDS) if _minor(release) >= (0, 14) else "",
+        "kvCacheDtype": rng.choice(["", "auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]),
+        "quantization": rng.choice(["", "none", "quark", "fp8", "mxfp4"]),
+        "speculativeConfig": rng.choice([{}, {}, {"method": "eagle3"}, {"method": "EAGLE"}, {"method": "mtp"},
+                                         {"method": "ngram"}, {"num_speculative_tokens": 2}]),
+        "tensorParallelSize": rng.choice([1, 2, 4, 8]), "maxNumSeqs": rng.choice([0, 32, 64, 65, 100, 128, 256]),
+        "compilation.cudagraphMode": rng.choice(MODES), "enforceEager": rng.random() < 0.15,
+        "extraEnv": rng.choice([[], [], [{"name": "VLLM_ROCM_USE_AITER_MOE", "value": rng.choice(["0", "1", "true",
+                                                                                                   "TRUE", "yes"])}]]),
+    }
+    if patched and rng.random() < 0.3:
+        values["vllm.fixesIssues"] = rng.sample([i.id for i in DATA.issues], 2)
+    if rng.random() < 0.3:
+        values["allowKnownIssues"] = rng.sample([i.id for i in DATA.issues], 3)
+    return values
+
+
+def test_random_configurations_agree_row_by_row(probe_chart: Path, tmp_path: Path) -> None:
+    rng = random.Random(20260311)
+    flats = [random_values(rng) for _ in range(300)]
+    got = probe(probe_chart, tmp_path, configs=[_nested(f) for f in flats])["configs"]
+    statuses: dict[str, int] = {}
+    for flat, chart in zip(flats, got, strict=True):
+        cfg = config_from_values(flat)
+        allow = tuple(flat.get("allowKnownIssues", ()))
+        blocking = {m.issue.id for m in DATA.blocking(cfg, allow)}
+        for want, row in zip(DATA.evaluate(cfg), chart["matches"], strict=True):
+            assert row["id"] == want.issue.id
+            where = f"{want.issue.id} for {flat}\n{cfg}\nchart {row}"
+            assert row["status"] == want.status, where
+            assert sorted(row["unknown"]) == sorted(want.unknown), where  # condition by condition
+            assert sorted(row["failed"]) == sorted(want.failed), where
+            assert (row["mitigatedBy"] or None) == want.mitigated_by, where
+            assert row["blocking"] == (want.issue.id in blocking), where
+            assert row["advice"] == want.issue.advice(), where
+            statuses[want.status] = statuses.get(want.status, 0) + 1
+        assert chart["fixes"] == DATA.fixed_by(cfg.patches), (flat, chart["fixes"])
+    # The draw reaches every outcome, or the comparison above proves little.
+    assert min(statuses.get(s, 0) for s in (ki.APPLIES, ki.POSSIBLE, ki.NO)) >= 50, statuses
+
+
+# --- what the chart does not know, the switches, the values ---------------------------------------------------------
+
+MXFP4 = {"vllm.release": "0.26.0", "vllm.patched": False, "aiter.enabled": True, "quantization": "quark",
+         "compilation.cudagraphMode": "FULL_AND_PIECEWISE", "attentionBackend": "ROCM_ATTN"}
+
+
+def test_unknown_facts_leave_rows_possible_in_notes_never_refused() -> None:
+    assert DATA.get("aiter-mxfp4-moe-graph-unsafe").verified
+    assert verdict({**MXFP4, "rocm.gpuArch": "gfx950"}).refused == {"aiter-mxfp4-moe-graph-unsafe"}
+    text = notes(MXFP4)  # arch unknown
+    assert "possible (set rocm.gpuArch to decide): aiter-mxfp4-moe-graph-unsafe [wrong_tokens]" in text
+    text = notes({**MXFP4, "rocm.gpuArch": "gfx950", "quantization": ""})  # quantization from the checkpoint
+    assert "possible (set quantization to decide): aiter-mxfp4-moe-graph-unsafe" in text
+    # A switch from a Secret: unknown, so possible...
+    secret = [{"name": "VLLM_ROCM_USE_AITER_MOE", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+    text = notes({**MXFP4, "rocm.gpuArch": "gfx950", "extraEnv": secret})
+    assert "possible (set extraEnv (a VLLM_ROCM_* switch from a Secret or ConfigMap) to decide): aiter-mxfp4" in text
+    # ...unless another switch the chart knows already rules the row out.
+    assert "aiter-mxfp4" not in notes({**MXFP4, "rocm.gpuArch": "gfx950", "extraEnv": secret, "aiter.enabled": False})
+    # A literal value is read as vLLM reads it.
+    off = [{"name": "VLLM_ROCM_USE_AITER_MOE", "value": "False"}]
+    assert verdict({**MXFP4, "rocm.gpuArch": "gfx950", "extraEnv": off}).refused == set()
+    on = [{"name": "VLLM_ROCM_USE_AITER_MOE", "value": "TRUE"}]
+    assert verdict({**MXFP4, "rocm.gpuArch": "gfx950", "extraEnv": on}).refused == {"aiter-mxfp4-moe-graph-unsafe"}
+    # maxNumSeqs 0 is vLLM's default, which depends on the GPU's memory: the chart does not guess it.
+    splitk = {"vllm.release": "0.26.0", "rocm.gpuArch": "gfx950", "compilation.cudagraphMode": "FULL"}
+    assert verdict(splitk).refused == set()
+    assert "possible (set maxNumSeqs to decide): mrv2-capture-stream-aiter-splitk" in notes(splitk)
+    assert verdict({**splitk, "maxNumSeqs": 128}).refused == {"mrv2-capture-stream-aiter-splitk"}
+    assert verdict({**splitk, "maxNumSeqs": 64}).refused == set()
+
+
+def test_automatic_backend_from_0_19_is_unknown() -> None:
+    fault = {"vllm.release": "0.20.0", "compilation.cudagraphMode": "FULL_DECODE_ONLY"}
+    assert verdict(fault).refused == set()
+    assert "possible (set attentionBackend to decide): triton-attn-rocm-full-capture-fault" in notes(fault)
+    assert verdict({**fault, "attentionBackend": "TRITON_ATTN"}).refused == {"triton-attn-rocm-full-capture-fault"}
+    # Up to 0.18 the chart infers it: TRITON_ATTN without AITER MHA, or on a GPU that is not gfx9.
+    old = {"vllm.release": "0.14.0", "compilation.cudagraphMode": "FULL"}
+    assert verdict(old).refused == set()  # AITER FA
+    assert verdict({**old, "aiter.mha": False}).refused == {"triton-attn-rocm-full-capture-fault"}
+    assert verdict({**old, "rocm.gpuArch": "gfx1100"}).refused == {"triton-attn-rocm-full-capture-fault"}
+
+
+@pytest.mark.parametrize("version", [v for v in GUARD_RELEASES if v != "0.10.0"])
+def test_automatic_backend_choice_the_chart_assumes(version: str) -> None:
+    """Up to 0.18 platforms/rocm.py picks AITER FA for VLLM_ROCM_USE_AITER and VLLM_ROCM_USE_AITER_MHA on gfx9, else
+    TRITON_ATTN (the chart infers it); from 0.19 a priority list of backends that accept the model (unknown to the
+    chart; the 0.19 boundary is the known-issues row rocm-attn-shadows-aiter-fa's check of 0.18.0 and 0.19.0)."""
+    text = (release_tree(version) / "vllm" / "platforms" / "rocm.py").read_text()
+    if _minor(version) < (0, 19):
+        assert "_get_backend_priorities" not in text
+        assert re.search(r"VLLM_ROCM_USE_AITER\s+and\s+envs\.VLLM_ROCM_USE_AITER_MHA\s*(\\\s*)?\s*and\s+on_gfx9\(\)",
+                         text), version
+        assert re.search(r'any\(arch in GPU_ARCH for arch in \["gfx90a", "gfx942", "gfx950"\]\)', text), version
+    else:
+        assert "def _get_backend_priorities(" in text
+        assert config_from_values({"vllm.release": version}).attention_backend is None
+
+
+def test_fixes_issues_and_allow_list_must_name_rows() -> None:
+    err = render_error({"allowKnownIssues": ["no-such-issue"]})
+    assert "allowKnownIssues[0]=no-such-issue: no known issue has this id" in err
+    assert "aiter-fa-full-cudagraph-always" in err  # the ids it could have meant
+    err = render_error({"vllm.fixesIssues": ["aiter-fa-full-cudagraph-always", "typo"]})
+    assert "vllm.fixesIssues[1]=typo: no known issue has this id" in err
+    err = render_error({"vllm.patched": False, "vllm.fixesIssues": ["aiter-fa-full-cudagraph-always"]})
+    assert "vllm.patched=false" in err and "io.vllm-rocm.fixes-issues" in err
+    for bad, where in (({"allowKnownIssues": ["Bad Id"]}, "/allowKnownIssues/0"),
+                       ({"allowKnownIssues": "aiter-fa-full-cudagraph-always"}, "/allowKnownIssues"),
+                       ({"allowKnownIssues": ["aiter-fa-full-cudagraph-always"] * 2}, "/allowKnownIssues"),
+                       ({"vllm.fixesIssues": ["X"]}, "/vllm/fixesIssues/0"),
+                       ({"rocm.version": "seven"}, "/rocm/version"), ({"rocm.gpuArch": "MI300X"}, "/rocm/gpuArch"),
+                       ({"rocm.extra": 1}, "additional properties 'extra' not allowed"),
+                       ({"quantization": "FP8 "}, "/quantization")):
+        assert where in render_error(bad), bad
+
+
+def test_release_must_be_pep440() -> None:
+    assert "is not a PEP 440 version" in render_error({"vllm.release": "0.10.2-foo"})
+    for ok in ("0.11.0rc1", "0.15.0.dev1", "0.10.2+rocm700"):
+        assert render({"vllm.release": ok, "compilation.cudagraphMode": "PIECEWISE"})
+
+
+def test_quantization_value_renders_the_flag() -> None:
+    args = container(pod_spec(render({"quantization": "quark"})), "vllm")["args"]
+    assert args[args.index("--quantization") + 1] == "quark"
+    for v in ("", "none"):
+        assert "--quantization" not in container(pod_spec(render({"quantization": v})), "vllm")["args"]
+
+
+def test_sidecar_gets_the_rocm_facts() -> None:
+    def env(values: dict[str, Any]) -> dict[str, Any]:
+        return {e["name"]: e.get("value") for e in container(pod_spec(render(values)), "health")["env"]}
+    got = env({"rocm.version": "7.0.0", "rocm.gpuArch": "gfx942"})
+    assert got["VLLM_HEALTH_ROCM_VERSION"] == "7.0.0" and got["VLLM_HEALTH_GPU_ARCH"] == "gfx942"
+    assert "VLLM_HEALTH_ROCM_VERSION" not in env({}) and "VLLM_HEALTH_GPU_ARCH" not in env({})

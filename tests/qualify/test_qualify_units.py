@@ -1,0 +1,271 @@
+"""qualify's pieces that need no server: the command template, the tie-aware comparison, verdicts, the
+recommendation, the table, exit codes, --resume, and the report reader deployment uses."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from vllm_rocm_health.qualification import QualificationError, validate
+from vllm_rocm_stack.qualify import report as rep
+from vllm_rocm_stack.qualify import template
+from vllm_rocm_stack.qualify.cli import _exit_code
+from vllm_rocm_stack.qualify.client import Output
+from vllm_rocm_stack.qualify.compare import compare_one, compare_shape
+from vllm_rocm_stack.qualify.config import QualifyConfig
+from vllm_rocm_stack.qualify.logs import why_it_failed
+from vllm_rocm_stack.qualify.runner import Qualification
+
+H200 = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "h200-vllm-0.26.0"
+
+
+# --- the command template ------------------------------------------------------------------------------------
+def test_mode_args_becomes_the_compilation_config_or_enforce_eager() -> None:
+    t = "vllm serve {model} --port {port} --served-model-name {served_model_name} {mode_args}"
+    argv = template.expand(t, "FULL_DECODE_ONLY", 8123, "/m", "m", "--max-num-seqs 8")
+    assert argv == ["vllm", "serve", "/m", "--port", "8123", "--served-model-name", "m", "--compilation-config",
+                    '{"cudagraph_mode": "FULL_DECODE_ONLY"}', "--max-num-seqs", "8"]
+    assert template.expand(t, template.EAGER, 1, "/m", "m")[-1] == "--enforce-eager"
+
+
+def test_mode_inside_a_word_and_other_braces_left_alone() -> None:
+    t = """sh -c 'exec serve "$@"' {mode} --port {port} -cc '{"mode":0,"cudagraph_mode":"{mode}"}'"""
+    argv = template.expand(t, "PIECEWISE", 9, "/m", "m")
+    assert argv[3] == "PIECEWISE" and argv[-1] == '{"mode":0,"cudagraph_mode":"PIECEWISE"}'
+    assert template.expand(t, template.EAGER, 9, "/m", "m")[3] == "NONE"
+
+
+@pytest.mark.parametrize("t,port,error", [
+    ("vllm serve {model} --port {port}", 0, "never says the mode"),
+    ("vllm serve {model} {mode_args}", 0, "no {port}"),
+    ("vllm serve 'unbalanced {mode_args}", 0, "shell line"),
+    ("", 0, "empty"),
+])
+def test_template_refused_before_any_server_starts(t: str, port: int, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        template.check(t, port)
+
+
+def test_fixed_port_needs_no_placeholder() -> None:
+    template.check("vllm serve m --port 8000 {mode_args}", 8000)
+
+
+# --- the comparison ----------------------------------------------------------------------------------------
+def out(tokens: list[int], lps: list[float], top: list[dict[int, float]] | None = None) -> Output:
+    return Output(tokens, lps, top or [{t: lp} for t, lp in zip(tokens, lps, strict=True)])
+
+
+def test_identical_answers_are_exact_with_their_logprob_drift() -> None:
+    r = compare_one(out([1, 2, 3], [-0.1, -0.2, -0.3]), out([1, 2, 3], [-0.1, -0.25, -0.3]), 0.3)
+    assert r["kind"] == "exact" and r["drift"] == pytest.approx(0.05)
+
+
+def test_a_divergence_at_a_near_tie_is_a_tie() -> None:
+    ref = out([1, 7], [-0.1, -0.70], [{1: -0.1}, {7: -0.70, 8: -0.75}])
+    cand = out([1, 8], [-0.1, -0.69], [{1: -0.1}, {8: -0.69, 7: -0.72}])
+    r = compare_one(ref, cand, 0.3)
+    assert r["kind"] == "tie" and r["at"] == 1 and r["gap"] == pytest.approx(0.05)
+
+
+def test_a_token_the_reference_ranked_far_below_is_a_disagreement() -> None:
+    ref = out([5], [-0.2], [{5: -0.2, 6: -1.5}])
+    cand = out([6], [-0.3], [{6: -0.3, 5: -0.4}])
+    r = compare_one(ref, cand, 0.3)
+    assert r["kind"] == "disagree" and r["gap"] == pytest.approx(1.3)
+
+
+def test_a_token_outside_the_reference_top_k_is_a_disagreement() -> None:
+    r = compare_one(out([5], [-0.2], [{5: -0.2, 6: -0.3}]), out([9], [-0.1], [{9: -0.1, 5: -0.15}]), 0.3)
+    assert r["kind"] == "disagree" and math.isinf(r["gap"])
+
+
+def test_different_lengths_without_a_divergence_disagree() -> None:
+    assert compare_one(out([1, 2], [-0.1, -0.1]), out([1], [-0.1]), 0.3)["kind"] == "disagree"
+
+
+def test_shape_counts_outcomes_and_fails_on_drift_disagreement_or_errors() -> None:
+    same = out([1, 2], [-0.1, -0.2])
+    assert compare_shape([same, same], [same, same], 0.3) == {
+        "requests": 2, "exact": 2, "tie": 0, "disagree": 0, "error": 0, "max_drift": 0.0, "ok": True}
+    drifted = compare_shape([same], [out([1, 2], [-0.1, -0.9])], 0.3)
+    assert not drifted["ok"] and "drift 0.700" in drifted["why"]
+    wrong = compare_shape([same], [out([3, 2], [-0.1, -0.2])], 0.3)
+    assert not wrong["ok"] and wrong["disagree"] == 1 and wrong["worst"]["gap"] is None  # infinite -> null
+    failed = compare_shape([same], [Output(error="HTTP 500")], 0.3)
+    assert not failed["ok"] and failed["error"] == 1 and "HTTP 500" in failed["why"]
+    assert not compare_shape([same], [], 0.3)["ok"]
+
+
+# --- verdicts, recommendation, report ----------------------------------------------------------------------
+def row(mode: str, tok_s: tuple[float, ...] = (100.0, 1000.0), **kw) -> dict:
+    r = {"mode": mode, "label": mode, "role": "candidate", "status": "ok",
+         "agreement": {"single": {"ok": True, "requests": 3, "exact": 3, "tie": 0}},
+         "canary": {"outcome": "pass", "reason": "", "score": 1.0, "drift": 0.0},
+         "throughput": {str(c): {"tok_s": t} for c, t in zip((1, 16), tok_s, strict=True)}}
+    r.update(kw)
+    return r
+
+
+@pytest.mark.parametrize("changes,verdict,why", [
+    ({}, "pass", ""),
+    ({"status": "start_failed", "reason": "exited with code 1: ValueError: x"}, "error", "ValueError"),
+    ({"agreement": {"mixed": {"ok": False, "disagree": 3, "why": "3/8 answers differ"}}}, "fail", "mixed"),
+    ({"agreement": {"mixed": {"ok": False, "disagree": 0, "why": "logprobs of agreeing tokens drift 1.0"}}},
+     "fail", "drift"),
+    ({"agreement": {"mixed": {"ok": False, "disagree": 0, "error": 2, "why": "2 requests failed"}}}, "error", "failed"),
+    ({"canary": {"outcome": "fail", "reason": "score 0.1 < 0.6"}}, "fail", "canary"),
+    ({"canary": {"outcome": "error", "reason": "timeout"}}, "error", "canary"),
+    ({"throughput": {}}, "error", "no throughput"),
+    ({"throughput": {"1": {"tok_s": 5.0, "failed": 2}}}, "error", "2 requests failed"),
+])
+def test_verdict(changes: dict, verdict: str, why: str) -> None:
+    v, reason = rep.verdict(row("PIECEWISE", **changes))
+    assert v == verdict and why in reason
+
+
+def test_recommendation_is_the_fastest_mode_that_passed() -> None:
+    rows = [row("NONE", (10, 100), role="reference"), row("PIECEWISE", (20, 300)), row("FULL", (60, 900)),
+            row("FULL_DECODE_ONLY", (50, 1000), canary={"outcome": "fail", "reason": "x"})]
+    report = rep.finish({**rep.new({}), "rows": rows}, rank_by=0)
+    assert report["recommended"] == "FULL"  # FULL_DECODE_ONLY is faster at 16 but failed
+    assert rep.recommend(rows, rank_by=16) == "FULL"
+    assert rep.speed(rows[1], 0) == pytest.approx(math.sqrt(20 * 300))
+    none_passed = rep.finish({**rep.new({}), "rows": [row("FULL", status="start_failed", reason="x")]}, 0)
+    assert none_passed["recommended"] is None and "no mode passed" in rep.table(none_passed)
+
+
+def test_report_file_has_no_infinity_and_reads_back(tmp_path: Path) -> None:
+    report = rep.finish({**rep.new({"served_model_name": "m"}), "rows": [row("NONE", canary={
+        "outcome": "pass", "reason": "", "score": 1.0, "drift": math.inf})]}, 0)
+    rep.save(report, tmp_path / "r.json")
+    raw = json.loads((tmp_path / "r.json").read_text())
+    assert raw["rows"][0]["canary"]["drift"] is None
+    assert validate(raw).choose_mode() == "NONE"
+
+
+def test_table_lists_every_row_with_downgrades_and_reasons() -> None:
+    rows = [row("NONE", role="reference"), row("FULL", effective_mode="NONE", downgraded=True,
+                                               downgrade_reason="config override"),
+            row("PIECEWISE", agreement={"first": {"ok": False, "disagree": 1, "why": "1/1 answers differ"}})]
+    text = rep.table(rep.finish({**rep.new({}), "rows": rows}, 0))
+    assert "NONE (ref)" in text and "NONE (downgraded)" in text and "FAIL in first" in text
+    assert "FULL: ran as NONE (config override)" in text and "PIECEWISE: fail: first: 1/1" in text
+    assert "recommended: FULL" in text or "recommended: NONE" in text
+
+
+def test_exit_code_follows_the_required_mode() -> None:
+    report = rep.finish({**rep.new({}), "rows": [row("NONE"), row("FULL", canary={"outcome": "fail",
+                                                                                  "reason": "x"})]}, 0)
+    assert _exit_code(report, []) == 0
+    assert _exit_code(report, ["NONE"]) == 0
+    assert _exit_code(report, ["FULL"]) == 1
+    assert _exit_code(report, ["PIECEWISE"]) == 1  # not qualified at all
+
+
+# --- the report reader deployment uses ---------------------------------------------------------------------
+@pytest.mark.parametrize("mutate,error", [
+    (lambda r: r.update(kind="other"), "not a qualification report"),
+    (lambda r: r.update(rows=[]), "no rows"),
+    (lambda r: r["rows"].append(dict(r["rows"][0])), "appears twice"),
+    (lambda r: r["rows"][0].update(verdict="maybe"), "needs a mode"),
+    (lambda r: r.update(recommended="FULL"), "not a passing row"),
+    (lambda r: r.update(baseline={"answers": 3}), "not a canary baseline"),
+])
+def test_malformed_reports_are_refused(mutate, error: str) -> None:
+    raw = json.loads((H200 / "report.json").read_text())
+    mutate(raw)
+    with pytest.raises(QualificationError, match=error):
+        validate(raw)
+
+
+def test_choose_mode() -> None:
+    report = validate(json.loads((H200 / "report.json").read_text()))
+    assert report.choose_mode() == "FULL_DECODE_ONLY"
+    assert report.choose_mode("PIECEWISE") == "PIECEWISE"
+    with pytest.raises(QualificationError, match="FULL failed qualification: first: 1/1 answers differ"):
+        report.choose_mode("FULL")
+    with pytest.raises(QualificationError, match="not a cudagraph_mode"):
+        report.choose_mode("FAST")
+    report.check_served_model("smollm2-135m-instruct")
+    with pytest.raises(QualificationError, match="qualify this model"):
+        report.check_served_model("meta-llama/Llama-3.1-8B-Instruct")
+
+
+# --- settings, --resume, CLI -------------------------------------------------------------------------------
+def test_default_single_lengths_are_vllms_capture_sizes() -> None:
+    # The capture sizes the H200 server printed for --max-num-seqs 128: one request per bucket.
+    captured = json.loads((H200 / "report.json").read_text())["rows"][1]["capture_sizes"]
+    assert QualifyConfig(max_capture_size=256).lengths(2048) == sorted(captured)
+    assert len(QualifyConfig().lengths(4096)) == 51  # vLLM's 512 cap
+    assert QualifyConfig(single_lengths=[4, 5000]).lengths(2048) == [4]
+
+
+@pytest.mark.parametrize("kw,error", [
+    ({"modes": ["FAST"]}, "choose from"), ({"modes": ["FULL", "FULL"]}, "twice"),
+    ({"require": ["FULL"], "modes": ["NONE"]}, "not among"), ({"concurrency": [0]}, "at least 1"),
+    ({"rank_by": 64}, "not one of"), ({"env": ["NOEQUALS"]}, "KEY=VALUE"), ({"tolerance": 0.0}, "positive"),
+])
+def test_bad_settings_are_refused(kw: dict, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        QualifyConfig(**kw).validate()
+
+
+def _workdir_from_h200(tmp_path: Path) -> QualifyConfig:
+    report = json.loads((H200 / "report.json").read_text())
+    (tmp_path / "reference.json").write_text(json.dumps({"shapes": {}, "tp_prompt": [1]}))
+    (tmp_path / "baseline.json").write_text(json.dumps(report["baseline"]))
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    return QualifyConfig(**{k: report[k] for k in ("model", "served_model_name", "command", "server_args",
+                                                  "reference")}, workdir=tmp_path, resume=True)
+
+
+def test_resume_keeps_finished_modes_and_starts_nothing(tmp_path: Path) -> None:
+    said: list[str] = []
+    report = Qualification(_workdir_from_h200(tmp_path), said.append).run()
+    assert [r["mode"] for r in report["rows"]] == ["NONE", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE",
+                                                   "FULL"]
+    assert report["recommended"] == "FULL_DECODE_ONLY"
+    assert not any("starting" in s for s in said) and sum("kept from the earlier run" in s for s in said) == 5
+
+
+def test_resume_refuses_another_runs_report(tmp_path: Path) -> None:
+    cfg = _workdir_from_h200(tmp_path)
+    cfg.server_args = "--max-num-seqs 64"
+    with pytest.raises(ValueError, match="other settings"):
+        Qualification(cfg, lambda _: None).run()
+
+
+def test_why_it_failed_names_the_error_line() -> None:
+    tail = "INFO starting\nTraceback (most recent call last):\n  File x\nValueError: bad cudagraph_mode\nshutdown\n"
+    assert why_it_failed(tail) == "ValueError: bad cudagraph_mode"
+    assert why_it_failed("") == "no output"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vllm_rocm_stack", "qualify", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_help_explains_itself() -> None:
+    res = cli("run", "--help")
+    assert res.returncode == 0
+    for words in ("fastest", "{mode_args}", "--require", "Exit status", "--resume", "canary"):
+        assert words in res.stdout
+
+
+def test_bad_arguments_exit_2_before_any_server(tmp_path: Path) -> None:
+    res = cli("run", "--modes", "NONE,FAST", "--workdir", str(tmp_path))
+    assert res.returncode == 2 and "choose from" in res.stderr
+    res = cli("run", "--command", "vllm serve m", "--workdir", str(tmp_path))
+    assert res.returncode == 2 and "never says the mode" in res.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_show_prints_the_table_and_applies_require() -> None:
+    res = cli("show", str(H200 / "report.json"), "--require", "FULL_DECODE_ONLY")
+    assert res.returncode == 0 and "recommended: FULL_DECODE_ONLY" in res.stdout
+    res = cli("show", str(H200 / "report.json"), "--require", "FULL")
+    assert res.returncode == 1 and "required mode FULL did not pass" in res.stderr

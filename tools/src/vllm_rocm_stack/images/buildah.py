@@ -1,0 +1,272 @@
+"""buildah, the daemonless image builder, with its whole storage under .work/ (never /var/lib/containers).
+
+Runs as root with chroot isolation: the OCI runtime path does not work on these machines, a chroot does.
+The storage driver is overlay where the kernel mounts it (layers store differences: a build with many steps
+costs little disk and time), else vfs (every layer a full copy: measured ~15x slower and ~5x the disk on a
+small build); VLLM_ROCM_BUILDAH_DRIVER forces one. Each driver has its own storage root, since one root
+cannot change driver. Every command's output is kept: a failed build raises BuildFailed naming the
+Dockerfile step that failed, with the tail of the build log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import WORK
+
+log = logging.getLogger(__name__)
+
+STORE = WORK / "buildah"
+DRIVER_ENV = "VLLM_ROCM_BUILDAH_DRIVER"
+# buildah's last word on a failed Dockerfile step: `Error: building at STEP "RUN ...": exit status 1`
+_FAILED_STEP = re.compile(r'^Error: building at STEP "(?P<step>.*)": (?P<reason>.*)$', re.M)
+# Otherwise (a FROM that cannot be pulled, say) the last step started and the last error line say it.
+_STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: (.*)$", re.M)
+_ERROR = re.compile(r"^Error: (.*)$", re.M)
+
+
+class BuildahError(RuntimeError):
+    """A buildah command failed; the message carries its output's tail."""
+
+
+class BuildFailed(BuildahError):
+    """`buildah bud` failed. `step` is the Dockerfile instruction it failed at (as buildah prints it, ARGs
+    expanded), or "" when it failed before any step (bad arguments, missing base image)."""
+
+    def __init__(self, message: str, step: str, reason: str, log_path: Path, log_tail: str) -> None:
+        super().__init__(message)
+        self.step = step
+        self.reason = reason
+        self.log_path = log_path
+        self.log_tail = log_tail
+
+
+def tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _overlay_works(scratch: Path) -> bool:
+    """Can this kernel mount overlayfs with layers on the .work/ filesystem? (the test buildah's overlay
+    driver also needs; done by hand so the answer is known before a storage root is created)."""
+    dirs = {n: scratch / n for n in ("lower", "upper", "work", "merged")}
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    opts = f"lowerdir={dirs['lower']},upperdir={dirs['upper']},workdir={dirs['work']}"
+    try:
+        ok = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(dirs["merged"])],
+                            capture_output=True, timeout=30).returncode == 0
+        if ok:
+            subprocess.run(["umount", str(dirs["merged"])], capture_output=True, timeout=30, check=True)
+        return ok
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def choose_driver(store: Path = STORE) -> str:
+    forced = os.environ.get(DRIVER_ENV, "").strip()
+    if forced:
+        if forced not in ("overlay", "vfs"):
+            raise BuildahError(f"{DRIVER_ENV}={forced!r}: must be overlay or vfs")
+        return forced
+    return "overlay" if _overlay_works(store / ".overlay-probe") else "vfs"
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A local image by name and manifest digest: what a Dockerfile's `FROM name@digest` resolves to."""
+
+    name: str  # e.g. localhost/vllm-rocm-standin/debian:1a2b3c4d5e6f
+    digest: str  # sha256:...
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.name}@{self.digest}"
+
+
+class Buildah:
+    def __init__(self, store: Path = STORE, driver: str | None = None) -> None:
+        if os.geteuid() != 0:
+            raise BuildahError("image builds need root (buildah with chroot isolation); run as root")
+        if shutil.which("buildah") is None:
+            raise BuildahError("buildah is not installed: run `make setup` (tools/bootstrap.sh installs it)")
+        self.driver = driver or choose_driver(store)
+        self.root = store / self.driver
+        self.logs = store / "logs"
+        self.tmp = store / "tmp"
+        for d in (self.root / "storage", self.root / "run", self.logs, self.tmp):
+            d.mkdir(parents=True, exist_ok=True)
+        self.registries = store / "registries.conf"
+        self.registries.write_text('unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n')
+
+    def argv(self, *args: str) -> list[str]:
+        return ["buildah", "--root", str(self.root / "storage"), "--runroot", str(self.root / "run"),
+                "--storage-driver", self.driver, *args]
+
+    @property
+    def env(self) -> dict[str, str]:
+        # Large temporary files (layer diffs, commits) stay under .work/ too. A short name in a FROM line
+        # (rocm/vllm) means docker.io, as for Docker, unless the caller configured registries otherwise.
+        return {"CONTAINERS_REGISTRIES_CONF": str(self.registries), **os.environ, "TMPDIR": str(self.tmp),
+                "BUILDAH_ISOLATION": "chroot"}
+
+    def __call__(self, *args: str, timeout: float = 600, check: bool = True,
+                 stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
+                              env=self.env, input=stdin.decode() if stdin is not None else None)
+        if check and proc.returncode != 0:
+            raise BuildahError(f"buildah {' '.join(args[:3])} ... failed ({proc.returncode}):\n"
+                               f"{tail(proc.stdout + proc.stderr)}")
+        return proc
+
+    # --- images ---------------------------------------------------------------------------------------------
+    def exists(self, ref: str) -> bool:
+        return self("inspect", "--type", "image", ref, check=False).returncode == 0
+
+    def inspect(self, ref: str) -> dict:
+        return json.loads(self("inspect", "--type", "image", ref).stdout)
+
+    def config(self, ref: str) -> dict:
+        """The image's Docker/OCI config (Entrypoint, Cmd, User, Env, Labels, Healthcheck, ...)."""
+        data = self.inspect(ref)
+        docker = data.get("Docker") or {}
+        return docker.get("config") or (data.get("OCIv1") or {}).get("config") or {}
+
+    def ref(self, name: str) -> ImageRef:
+        data = self.inspect(name)
+        digest = data.get("FromImageDigest") or ""
+        if not digest.startswith("sha256:"):
+            raise BuildahError(f"{name}: no manifest digest in storage")
+        return ImageRef(name=qualified(name), digest=digest)
+
+    def images(self) -> list[dict]:
+        return json.loads(self("images", "--all", "--json").stdout or "[]")
+
+    def remove_images(self, refs: Sequence[str]) -> None:
+        if refs:
+            self("rmi", "--force", *refs, check=False)
+
+    def disk_bytes(self) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root / "storage"):
+            for f in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
+                except OSError:
+                    pass
+        return total
+
+    def wipe(self) -> None:
+        """Every container and image of this storage root (the layer cache starts cold)."""
+        self("umount", "--all", check=False)
+        self("rm", "--all", check=False)
+        self("rmi", "--all", "--force", check=False)
+
+    # --- builds ---------------------------------------------------------------------------------------------
+    def bud(self, dockerfile: Path, context: Path, tags: Sequence[str], build_args: Mapping[str, str],
+            log_name: str, ignorefile: Path | None = None, volumes: Sequence[str] = (), pull: bool = False,
+            timeout: float = 1800) -> str:
+        """Build with the layer cache (--layers) in Docker format (SHELL and HEALTHCHECK are Docker-format
+        only). Returns the image ID; raises BuildFailed with the failing step and the log tail."""
+        log_path = self.logs / f"{log_name}.log"
+        argv = ["bud", "--isolation", "chroot", "--layers", "--format", "docker", "--force-rm",
+                "--pull" if pull else "--pull-never", "-f", str(dockerfile)]
+        if ignorefile is not None:
+            argv += ["--ignorefile", str(ignorefile)]
+        for k, v in build_args.items():
+            argv += ["--build-arg", f"{k}={v}"]
+        for t in tags:
+            argv += ["-t", t]
+        for v in volumes:
+            argv += ["--volume", v]
+        iidfile = self.tmp / f"{log_name}.iid"
+        iidfile.unlink(missing_ok=True)
+        argv += ["--iidfile", str(iidfile), str(context)]
+        log.info("buildah bud -f %s (log: %s)", dockerfile, log_path)
+        with open(log_path, "w", encoding="utf-8") as out:
+            out.write("$ " + " ".join(self.argv(*argv)) + "\n")
+            out.flush()
+            try:
+                rc = subprocess.run(self.argv(*argv), stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                    timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = -1
+                out.write(f"\nbuild stopped: no result within {timeout:.0f} s\n")
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+        if rc != 0 or not iidfile.is_file():
+            failed, started, errors = (list(r.finditer(text)) for r in (_FAILED_STEP, _STEP, _ERROR))
+            if failed:
+                step, reason = failed[-1].group("step"), failed[-1].group("reason")
+            else:
+                step = started[-1].group(1) if started else ""
+                reason = errors[-1].group(1) if errors else ""
+            where = f'at step "{step[:160]}"' if step else "before any step"
+            raise BuildFailed(f"buildah bud -f {dockerfile} failed {where} (exit {rc}); log {log_path}; "
+                              f"last lines:\n{tail(text)}", step, reason, log_path, tail(text))
+        return iidfile.read_text().strip().removeprefix("sha256:")
+
+    @contextmanager
+    def container(self, image: str) -> Iterator[str]:
+        """A working container of `image`, removed afterwards whatever happens."""
+        name = self("from", "--pull-never", image).stdout.strip().splitlines()[-1]
+        try:
+            yield name
+        finally:
+            self("rm", name, check=False)
+
+    @contextmanager
+    def mounted(self, image: str) -> Iterator[Path]:
+        """The image's filesystem, mounted read-write in a throwaway container: read files without running
+        anything in the image."""
+        with self.container(image) as ctr:
+            mnt = Path(self("mount", ctr).stdout.strip())
+            try:
+                yield mnt
+            finally:
+                self("umount", ctr, check=False)
+
+    def run_argv(self, container: str, command: Sequence[str], env: Mapping[str, str] | None = None,
+                 volumes: Sequence[str] = ()) -> list[str]:
+        """argv of `buildah run` (chroot isolation, the host's network) for a process the caller manages."""
+        argv = ["run", "--isolation", "chroot"]
+        for k, v in (env or {}).items():
+            argv += ["--env", f"{k}={v}"]
+        for v in volumes:
+            argv += ["--volume", v]
+        return self.argv(*argv, container, "--", *command)
+
+
+def qualified(name: str) -> str:
+    """buildah stores `foo:1` as `localhost/foo:1`; the FROM line must name what is stored."""
+    first = name.split("/", 1)[0]
+    if "/" in name and ("." in first or ":" in first or first == "localhost"):
+        return name
+    return f"localhost/{name}"
+
+
+def container_main_pid(run_pid: int) -> int | None:
+    """The process a `buildah run` (pid `run_pid`, started as a process-group leader) runs in the container:
+    what `docker stop` signals. With chroot isolation it is the child of `buildah-chroot-exec`, in the same
+    process group. None when it has not started or has already exited."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            ppid, pgid = int(fields[1]), int(fields[2])
+            parent = Path(f"/proc/{ppid}/cmdline").read_bytes().split(b"\0")[0]
+        except (OSError, IndexError, ValueError):
+            continue
+        if pgid == run_pid and parent == b"buildah-chroot-exec":
+            return int(entry.name)
+    return None

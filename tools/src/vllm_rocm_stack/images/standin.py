@@ -1,0 +1,219 @@
+"""Stand-in base images, for building the project's Dockerfiles where the pinned bases cannot be pulled.
+
+Only Debian's archive and PyPI are reachable here, so the bases are made from them and kept as local images
+whose tag is a key of everything that went into them (recipe, packages, mirror, wheel hash): a changed recipe
+makes a new image, an unchanged one is reused across sessions. Each stand-in gives the Dockerfile what it
+uses of the real base, nothing more:
+
+- `debian`: `debootstrap --variant=minbase` of bookworm with python3, python3-venv and ca-certificates.
+- `python` (for docker/health/Dockerfile, real base python:3.11-slim): `python` and `pip` on PATH from
+  /usr/local with pip and setuptools, and venv creation. The official image compiles CPython into /usr/local;
+  the stand-in makes /usr/local a venv of Debian's Python 3.11, which gives the same commands and a pip that
+  can uninstall itself (Debian's own pip refuses that).
+- `vllm-<release>` (for docker/vllm-rocm/Dockerfile, real base a ROCm vLLM image): Debian's python3 with the
+  real vLLM wheel of the release from PyPI (sha256-pinned) installed by pip, as root, --no-deps, into
+  /usr/local/lib/python3.11/dist-packages: where pip puts it in the Ubuntu-based ROCm images
+  (/usr/local/lib/python3.X/dist-packages). Its compiled CUDA extension modules (*.so, 1.3 GB of the wheel's
+  1.34 GB) are deleted: a ROCm base has its own builds of them, and no build step reads them. Everything
+  else, dist-info RECORD included, is as pip installed it, so the image's apply/verify/report steps run on
+  the real release files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..config import WORK
+from .buildah import Buildah, BuildahError, ImageRef, tail
+
+log = logging.getLogger(__name__)
+
+REPO_NAME = "localhost/vllm-rocm-standin"
+RECIPE = 1  # bump when a recipe below changes in a way the key does not see
+SUITE = "bookworm"
+PACKAGES = ("python3", "python3-venv", "ca-certificates")
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
+# The vLLM wheels the stand-ins install: file name and sha256 as PyPI lists them (x86_64, the only platform
+# of the images). A release without a row cannot be built on a stand-in base.
+VLLM_WHEELS = {
+    "0.10.2": ("vllm-0.10.2-cp38-abi3-manylinux1_x86_64.whl",
+               "e0cba6110483d9bf25c4402d8655cf78d366dd13e4155210980cc3480ed98b7b"),
+}
+WHEEL_CACHE = WORK / "cache" / "standin-wheels"
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps([RECIPE, *parts], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def apt_mirror() -> str:
+    """The Debian archive URL apt is configured with (deb822 .sources or one-line .list files)."""
+    sources = Path("/etc/apt")
+    for f in sorted((sources / "sources.list.d").glob("*.sources")):
+        for para in re.split(r"\n\s*\n", f.read_text(encoding="utf-8", errors="replace")):
+            fields = {}
+            for line in para.splitlines():
+                if line and not line.startswith(("#", " ")) and ":" in line:
+                    k, v = line.split(":", 1)
+                    fields[k.strip().lower()] = v.split()
+            suites = fields.get("suites", [])
+            if "deb" in fields.get("types", []) and any("-" not in s for s in suites) and fields.get("uris"):
+                return fields["uris"][0]
+    for f in [sources / "sources.list", *sorted((sources / "sources.list.d").glob("*.list"))]:
+        if not f.is_file():
+            continue
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            words = re.sub(r"\[[^]]*\]", "", line).split()
+            if len(words) >= 3 and words[0] == "deb" and "-" not in words[2]:
+                return words[1]
+    raise BuildahError("no Debian archive found in /etc/apt/sources.list{,.d}: debootstrap needs its URL")
+
+
+def _unmount_below(path: Path) -> None:
+    """debootstrap mounts /proc and /sys into its target; an interrupted run can leave them mounted, and a
+    recursive delete must never walk into them."""
+    prefix = str(path.resolve()) + "/"
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for mnt in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mnt], capture_output=True, timeout=60)
+
+
+def _remove_tree(path: Path) -> None:
+    if path.exists():
+        _unmount_below(path)
+        shutil.rmtree(path)
+
+
+class StandIns:
+    def __init__(self, buildah: Buildah) -> None:
+        self.b = buildah
+        self.timings: dict[str, float] = {}
+
+    def _tag(self, kind: str, key: str) -> str:
+        return f"{REPO_NAME}/{kind}:{key}"
+
+    def _cached(self, name: str) -> ImageRef | None:
+        return self.b.ref(name) if self.b.exists(name) else None
+
+    def _prune_kind(self, kind: str, keep: str) -> None:
+        """Stand-ins of the same kind with another key are stale: remove them (disk stays bounded)."""
+        stale = [n for img in self.b.images() for n in img.get("names") or []
+                 if n.startswith(f"{REPO_NAME}/{kind}:") and n != keep]
+        if stale:
+            log.info("removing stale stand-ins: %s", ", ".join(stale))
+            self.b.remove_images(stale)
+
+    def debian(self) -> ImageRef:
+        mirror = apt_mirror()
+        name = self._tag("debian", _key(SUITE, "minbase", PACKAGES, mirror))
+        found = self._cached(name)
+        if found:
+            return found
+        self._prune_kind("debian", name)
+        t0 = time.monotonic()
+        rootfs = self.b.tmp / "debootstrap"
+        _remove_tree(rootfs)
+        log_path = self.b.logs / "standin-debootstrap.log"
+        argv = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), mirror]
+        log.info("stand-in base: %s (~1 min; log %s)", " ".join(argv), log_path)
+        try:
+            with open(log_path, "w", encoding="utf-8") as out:
+                rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1200).returncode
+            if rc != 0:
+                raise BuildahError(f"debootstrap failed ({rc}); log {log_path}:\n"
+                                   f"{tail(log_path.read_text(errors='replace'))}")
+            # What the official slim images drop too: the downloaded .debs and the package lists.
+            for junk in [*rootfs.glob("var/cache/apt/archives/*.deb"), *rootfs.glob("var/lib/apt/lists/*_*")]:
+                junk.unlink()
+            ctr = self.b("from", "scratch").stdout.strip().splitlines()[-1]
+            try:
+                mnt = self.b("mount", ctr).stdout.strip()
+                subprocess.run(["cp", "-a", f"{rootfs}/.", mnt], check=True, capture_output=True, timeout=600)
+                self.b("umount", ctr)
+                self.b("config", "--env", f"PATH={PATH}", "--env", "LANG=C.UTF-8", "--cmd", "bash", ctr)
+                self.b("commit", "--quiet", "--format", "docker", ctr, name)
+            finally:
+                self.b("rm", ctr, check=False)
+        finally:
+            _remove_tree(rootfs)
+        self.timings["debian"] = time.monotonic() - t0
+        return self.b.ref(name)
+
+    def _derive(self, kind: str, parent: ImageRef, key: str, script: str, volumes: list[str] | None = None,
+                cmd: str = "bash") -> ImageRef:
+        name = self._tag(kind, key)
+        found = self._cached(name)
+        if found:
+            return found
+        self._prune_kind(kind, name)
+        t0 = time.monotonic()
+        log.info("stand-in base %s from %s", name, parent.name)
+        with self.b.container(parent.pinned) as ctr:
+            argv = ["run", "--isolation", "chroot"]
+            for v in volumes or []:
+                argv += ["--volume", v]
+            proc = self.b(*argv, ctr, "--", "sh", "-euc", script, check=False, timeout=1200)
+            (self.b.logs / f"standin-{kind}.log").write_text(proc.stdout + proc.stderr)
+            if proc.returncode != 0:
+                raise BuildahError(f"stand-in {kind}: the recipe failed ({proc.returncode}):\n"
+                                   f"{tail(proc.stdout + proc.stderr)}")
+            self.b("config", "--cmd", cmd, ctr)
+            self.b("commit", "--quiet", "--format", "docker", ctr, name)
+        self.timings[kind] = time.monotonic() - t0
+        return self.b.ref(name)
+
+    def python(self) -> ImageRef:
+        """For docker/health/Dockerfile (python:3.11-slim)."""
+        base = self.debian()
+        script = "python3 -m venv /usr/local && /usr/local/bin/python -m pip --version"
+        return self._derive("python", base, _key(base.digest, script), script, cmd="python3")
+
+    def vllm(self, release: str) -> ImageRef:
+        """For docker/vllm-rocm/Dockerfile (a ROCm image with vLLM `release` installed)."""
+        if release not in VLLM_WHEELS:
+            raise BuildahError(f"no stand-in for vLLM {release}: add its wheel and sha256 to VLLM_WHEELS in "
+                               f"{__file__}")
+        filename, sha256 = VLLM_WHEELS[release]
+        base = self.debian()
+        script = (
+            'pip="$(ls /usr/share/python-wheels/pip-*.whl)/pip"\n'
+            "python3 \"$pip\" install --quiet --no-deps --no-index --break-system-packages "
+            f"--root-user-action=ignore --disable-pip-version-check /wheels/{filename}\n"
+            f"test -f {SITE_PACKAGES}/vllm-{release}.dist-info/RECORD\n"
+            f"find {SITE_PACKAGES}/vllm -name '*.so' -delete\n"
+        )
+        key = _key(base.digest, sha256, script)
+        name = self._tag(f"vllm-{release}", key)
+        if self.b.exists(name):
+            return self.b.ref(name)
+        wheel_dir = WHEEL_CACHE / release
+        wheel = self._download(release, filename, sha256, wheel_dir)
+        try:
+            return self._derive(f"vllm-{release}", base, key, script, volumes=[f"{wheel.parent}:/wheels:ro"])
+        finally:
+            shutil.rmtree(wheel_dir, ignore_errors=True)  # 436 MB; the stand-in image is the cache
+
+    def _download(self, release: str, filename: str, sha256: str, dest: Path) -> Path:
+        dest.mkdir(parents=True, exist_ok=True)
+        wheel = dest / filename
+        if wheel.is_file() and hashlib.sha256(wheel.read_bytes()).hexdigest() == sha256:
+            return wheel
+        req = dest / "requirements.txt"
+        req.write_text(f"vllm=={release} --hash=sha256:{sha256}\n")
+        log.info("downloading the vllm %s wheel from PyPI (%s, sha256 %s...)", release, filename, sha256[:12])
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                               "--platform", "manylinux1_x86_64", "--require-hashes", "-r", str(req), "-d",
+                               str(dest)], capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0 or not wheel.is_file():
+            raise BuildahError(f"pip download vllm=={release} failed ({proc.returncode}):\n"
+                               f"{tail(proc.stdout + proc.stderr)}")
+        return wheel

@@ -1,0 +1,1 @@
+"""`vllm-rocm-stack qualify`: the fastest cudagraph mode that is also correct, measured on the node."""

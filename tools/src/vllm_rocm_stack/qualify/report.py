@@ -1,0 +1,135 @@
+"""Rows, verdicts, the recommendation, the table, and the report file (format: vllm_rocm_health.qualification,
+which deployment reads)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from vllm_rocm_health.qualification import FORMAT, KIND, validate
+
+
+def verdict(row: dict[str, Any]) -> tuple[str, str]:
+    """pass | fail (wrong answers) | error (could not be measured: no start, failed requests), with why."""
+    if row.get("status") != "ok":
+        return "error", row.get("reason") or row.get("status", "not run")
+    fails, errors = [], []
+    for shape, a in (row.get("agreement") or {}).items():
+        if not a.get("ok"):
+            (fails if a.get("disagree") or "drift" in a.get("why", "") else errors).append(f"{shape}: {a.get('why')}")
+    canary = row.get("canary") or {}
+    if canary.get("outcome") == "fail":
+        fails.append(f"canary: {canary.get('reason')}")
+    elif canary.get("outcome") != "pass":
+        errors.append(f"canary: {canary.get('reason', 'not run')}")
+    for level, t in (row.get("throughput") or {}).items():
+        if t.get("failed"):
+            errors.append(f"throughput at {level} clients: {t['failed']} requests failed")
+    if not row.get("throughput"):
+        errors.append("no throughput measured")
+    if fails:
+        return "fail", "; ".join(fails + errors)
+    if errors:
+        return "error", "; ".join(errors)
+    return "pass", ""
+
+
+def speed(row: dict[str, Any], rank_by: int) -> float:
+    """Tok/s at `rank_by` clients, or the geometric mean over all client counts (rank_by 0)."""
+    t = row.get("throughput") or {}
+    if rank_by:
+        return float(t.get(str(rank_by), {}).get("tok_s", 0.0))
+    values = [float(v.get("tok_s", 0.0)) for v in t.values()]
+    if not values or min(values) <= 0:
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def recommend(rows: list[dict[str, Any]], rank_by: int) -> str | None:
+    passed = [r for r in rows if r.get("verdict") == "pass" and speed(r, rank_by) > 0]
+    return max(passed, key=lambda r: speed(r, rank_by))["mode"] if passed else None
+
+
+def finish(report: dict[str, Any], rank_by: int) -> dict[str, Any]:
+    for row in report.get("reference_runs", []) + report["rows"]:
+        row["verdict"], row["verdict_reason"] = verdict(row)
+    report["recommended"] = recommend(report["rows"], rank_by)
+    validate(report, "the report being written")  # what deployment will read must be readable
+    return report
+
+
+def new(meta: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": KIND, "format": FORMAT, **meta, "rows": [], "recommended": None, "baseline": None}
+
+
+def save(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _finite(x: Any) -> Any:
+    """JSON has no infinity: an infinite drift or gap (a token the other run did not rank) is written as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _n(x: Any, fmt: str = "{:,.0f}") -> str:
+    return "-" if x in (None, "") else fmt.format(x)
+
+
+def _agreement(row: dict[str, Any]) -> str:
+    a = row.get("agreement")
+    if row.get("role") == "reference":
+        return "reference"
+    if not a:
+        return "-"
+    bad = [s for s, v in a.items() if not v.get("ok")]
+    n = sum(v.get("requests", 0) for v in a.values())
+    ties = sum(v.get("tie", 0) for v in a.values())
+    if bad:
+        return f"FAIL in {bad[0]}" if len(bad) == 1 else f"FAIL in {len(bad)}/{len(a)} shapes"
+    return f"{n}/{n} ({ties} ties)" if ties else f"{n}/{n}"
+
+
+def _canary(row: dict[str, Any]) -> str:
+    c = row.get("canary") or {}
+    if c.get("score") is None:
+        return c.get("outcome", "-")
+    return f"{c['outcome']} {c['score']:.2f}/{c['drift']:.2f}"
+
+
+def table(report: dict[str, Any]) -> str:
+    rows = report.get("reference_runs", []) + report["rows"]
+    levels = sorted({int(k) for r in rows for k in (r.get("throughput") or {})})
+    head = ["mode", "effective", "ready s", "capture s/GiB", "graphs"] + [f"tok/s@{c}" for c in levels] + [
+        "agreement", "canary score/drift", "verdict"]
+    body = []
+    for r in rows:
+        graphs = sum((r.get("graphs") or {}).values())
+        cap = f"{r['capture_s']:.0f}/{r['capture_gib']:.2f}" if r.get("capture_finished") else "-"
+        verdict_text = r.get("verdict", "-") + (" *" if r.get("label", r["mode"]) == report.get("recommended") else "")
+        body.append([r.get("label", r["mode"]) + (" (ref)" if r.get("role") == "reference" else ""),
+                     (r.get("effective_mode") or "-") + (" (downgraded)" if r.get("downgraded") else ""),
+                     _n(r.get("ready_s"), "{:.1f}"), cap, str(graphs) if graphs else "-"]
+                    + [_n((r.get("throughput") or {}).get(str(c), {}).get("tok_s")) for c in levels]
+                    + [_agreement(r), _canary(r), verdict_text])
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in rows:
+        if r.get("verdict") != "pass" and r.get("verdict_reason"):
+            lines.append(f"{r['mode']}: {r['verdict']}: {r['verdict_reason']}")
+        if r.get("downgraded"):
+            lines.append(f"{r['mode']}: ran as {r.get('effective_mode')} ({r.get('downgrade_reason') or 'downgraded'})")
+    rec = report.get("recommended")
+    lines.append(f"recommended: {rec} (the fastest mode that passed)" if rec else "recommended: none: no mode passed")
+    return "\n".join(lines)

@@ -1,0 +1,74 @@
+"""One vLLM server under test: started from the command template, followed through its log until ready."""
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from ..processes import ManagedProcess
+from .logs import LogFollower, why_it_failed
+
+
+class StartFailed(Exception):
+    """The server exited or did not become ready; the message says why, in the log's words."""
+
+
+class ModeServer:
+    def __init__(self, label: str, argv: list[str], log_path: Path, env: dict[str, str], base_url: str,
+                 requested: str) -> None:
+        self.label = label
+        self.base_url = base_url
+        self.log_path = log_path
+        log_path.unlink(missing_ok=True)  # one run per file: the parser must see one server's start only
+        self.process = ManagedProcess(f"vLLM {label}", argv, log_path, env=env)
+        self.log = LogFollower(log_path, requested)
+        self.ready_seconds = 0.0
+        # The server's process group while it runs: what an outside supervisor (a test) must stop if we die.
+        self.pid_path = log_path.with_suffix(".pid")
+
+    def _health(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def start(self, timeout: float, progress: Callable[[str], None], every: float = 15.0) -> None:
+        t0 = time.monotonic()
+        try:
+            self.process.start()
+        except OSError as e:
+            raise StartFailed(f"cannot run {self.process.argv[0]}: {e.strerror or e}") from e
+        self.pid_path.write_text(f"{self.process.pid}\n")
+        next_report = t0 + every
+        while True:
+            self.log.poll()
+            if not self.process.alive():
+                self.log.finish()
+                raise StartFailed(f"exited with code {self.process.returncode()} before ready: "
+                                  f"{why_it_failed(self.process.log_tail(60))}")
+            if self._health():
+                self.ready_seconds = time.monotonic() - t0
+                self.log.poll()
+                return
+            now = time.monotonic()
+            if now - t0 > timeout:
+                self.log.finish()
+                raise StartFailed(f"not ready within {timeout:.0f} s ({self.log.progress()}): "
+                                  f"{why_it_failed(self.process.log_tail(20))}")
+            if now >= next_report:
+                progress(f"starting, {now - t0:.0f} s: {self.log.progress()}")
+                next_report = now + every
+            time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def stop(self) -> int | None:
+        # SIGINT is vLLM's clean shutdown; the engine core needs a few seconds, a container a few more.
+        code = self.process.stop(timeout=60)
+        self.pid_path.unlink(missing_ok=True)
+        self.log.finish()
+        return code
