@@ -8,10 +8,10 @@ IMAGE_BASES ?= pinned
 
 .PHONY: help setup setup-vllm run test test-fast lint bench qualify images patches-status dashboard lock clean
 
-# `make run RUN_ARGS=--help` / `make bench BENCH_ARGS=--help`: print the help at once with the system python
+# `make run RUN_ARGS=--help`, `make bench BENCH_ARGS=--help`, `make qualify QUALIFY_ARGS=--help`: the help at once with the system python
 # (those paths import only the standard library), instead of installing vLLM first.
 wants_help = $(filter -h --help,$(1))
-HELP_PY := PYTHONPATH=$(CURDIR)/tools/src python3
+HELP_PY := PYTHONPATH=$(CURDIR)/tools/src:$(CURDIR)/health/src:$(CURDIR)/patches/src python3
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -47,8 +47,8 @@ patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-pac
 dashboard: setup ## Regenerate the Grafana dashboard JSON of the chart from tools/src/vllm_rocm_stack/dashboard.py
 	@$(PY) -m vllm_rocm_stack.dashboard --write
 
-qualify: setup-vllm ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
-	@$(PY) -m vllm_rocm_stack.cli qualify run --quick $(QUALIFY_ARGS)
+qualify: $(if $(call wants_help,$(QUALIFY_ARGS)),,setup-vllm) ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
+	@$(if $(call wants_help,$(QUALIFY_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli qualify run --quick $(QUALIFY_ARGS)
 
 images: setup ## Build the default vLLM image + sidecar with buildah, no Docker engine (IMAGE_BASES=stand-in: no registry)
 	@$(PY) -m vllm_rocm_stack.images build --bases $(IMAGE_BASES) $(IMAGES)
