@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Ctrl-C must stop what `run` and `qualify` start even when the parent left SIGINT ignored (a shell's background
+    # job, nohup): Python then installs no KeyboardInterrupt handler of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if getattr(args, "qualify_command", None):  # (qualify run has its own --command: the server template)
