@@ -78,20 +78,28 @@ class SwitchableProxy:
                     return 502, {"Content-Type": "text/plain"}, str(e).encode()
                 finally:
                     done.set()
+                    if watcher.is_alive():
+                        watcher.join(1.0)  # before the sockets it watches are closed under it
                     conn.close()
 
             def _hang_up_with_client(self, conn: http.client.HTTPConnection, done: threading.Event) -> None:
                 client = self.connection
                 while not done.is_set():
-                    ready, _, _ = select.select([client], [], [], 0.1)
+                    try:
+                        ready, _, _ = select.select([client], [], [], 0.1)
+                    except (OSError, ValueError):  # the client socket is already closed: nothing left to watch
+                        return
                     if ready and not done.is_set():
                         try:
                             gone = client.recv(1, socket.MSG_PEEK) == b""
                         except OSError:
                             gone = True
                         if gone:
-                            if conn.sock is not None:
-                                conn.sock.shutdown(socket.SHUT_RDWR)
+                            try:
+                                if conn.sock is not None:
+                                    conn.sock.shutdown(socket.SHUT_RDWR)
+                            except OSError:  # the upstream connection ended meanwhile
+                                pass
                             return
                         time.sleep(0.1)  # pipelined bytes of a next request: not a hang-up
 
