@@ -84,9 +84,8 @@ class Sidecar:
             self._set_source_up(True)
             return logsource.stdin_lines(self.stop)
         if src == "k8s":
-            from .k8s_logs import PodLogFollower
-
-            follower = PodLogFollower.from_environment(self.cfg.k8s_container, on_restart=self.on_container_restart)
+            follower = k8s_logs.PodLogFollower.from_environment(self.cfg.k8s_container,
+                                                                on_restart=self.on_container_restart)
             return logsource.retrying(lambda: follower.stream(self.stop), self.stop, self._set_source_up,
                                       beat=worker.beat)
         raise ValueError(f"no log source {src!r}")
@@ -104,11 +103,11 @@ class Sidecar:
                 if self.stop.is_set():
                     break
         finally:
-            self._set_source_up(False, "log follower stopped")
-        if self.cfg.log_source == "stdin" and not self.stop.is_set():
-            # The writer closed the pipe: nothing more will come, so say so and wait for shutdown (restarting
-            # would only read EOF again).
-            self._set_source_up(False, "stdin was closed")
+            stdin_closed = self.cfg.log_source == "stdin" and not self.stop.is_set()
+            self._set_source_up(False, "stdin was closed" if stdin_closed else "log follower stopped")
+        if stdin_closed:
+            # The writer closed the pipe: nothing more will come; wait for shutdown (restarting would only read
+            # EOF again).
             while not self.stop.wait(1.0):
                 worker.beat()
 

@@ -114,7 +114,7 @@ class CanaryRunner:
     def max_run_seconds(self) -> float:
         """How long one run can take at most: each request is bounded by the timeout, and a run makes at most this
         many rounds of them (model id, idle probe, the problems `concurrency` at a time, the fingerprint texts).
-        A canary thread silent for longer than this plus an interval is stuck."""
+        The canary thread beats between runs, so one silent for much longer than this is stuck."""
         n_problems, _ = budget(self.cfg)
         rounds = 2 + -(-n_problems // self.cfg.concurrency) + len(fingerprint.REFERENCE_TEXTS)
         return rounds * self.cfg.timeout + 5.0
