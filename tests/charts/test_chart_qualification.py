@@ -1,6 +1,8 @@
 """The chart takes a qualification report (`--set-file qualification=report.json`, templates/_qualification.tpl):
-mode and canary baseline come from it, and a mode it did not pass is refused. Rendered with the real helm, on the
-real report of the H200 run (tests/fixtures/qualify/h200-vllm-0.26.0: FULL_DECODE_ONLY recommended, FULL failed)."""
+the mode comes from it, the sidecar gets the report itself (`--qualification`, from which it takes the canary
+baseline and the modes that failed), and a mode it did not pass is refused. Rendered with the real helm, on the real
+report of the H200 run (tests/fixtures/qualify/h200-vllm-0.26.0: FULL_DECODE_ONLY recommended, FULL failed).
+tests/charts/test_qualification_agreement.py holds the chart's report checks to the Python reader's."""
 from __future__ import annotations
 
 import hashlib
@@ -15,20 +17,27 @@ from typing import Any
 import pytest
 import yaml
 from vllm_rocm_health.canary.baseline import Baseline
+from vllm_rocm_health.qualification import load
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helm_chart import baseline_for, with_reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "vllm-rocm"
 HELM = os.environ.get("HELM", str(ROOT / ".work" / "bin" / "helm"))
 REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"
 # What the report was measured with: the chart refuses it for another model or release.
+# The H200 report's baseline is format 1: no long-prompt answers, so the canary must send none to match it.
 MATCH = {"vllm.release": "0.26.0", "model.name": "HuggingFaceTB/SmolLM2-135M-Instruct",
-         "model.servedName": "smollm2-135m-instruct"}
+         "model.servedName": "smollm2-135m-instruct", "sidecar.canaryLongPrompts": 0}
 
 
 def helm_template(values: dict[str, Any], report: Path | None) -> subprocess.CompletedProcess[str]:
     if not Path(HELM).exists():
         pytest.fail(f"helm not found at {HELM} (run `make setup`)")
     args = [HELM, "template", "rel", str(CHART), "-n", "llm"]
+    if report is None:  # no report: another accuracy reference (the chart refuses to render without one)
+        values = with_reference(values)
     for key, val in values.items():
         args += ["--set-json", f"{key}={json.dumps(val)}"]
     if report is not None:
@@ -60,7 +69,7 @@ def arg(args: list[str], flag: str) -> str:
 def mode_of(docs: list[dict[str, Any]]) -> tuple[str, str]:
     c = containers(docs)
     return (json.loads(arg(c["vllm"]["args"], "--compilation-config"))["cudagraph_mode"],
-            arg(c["health"]["args"], "--requested-mode"))
+            arg(c["health"]["args"], "--expected-mode"))
 
 
 def edited(tmp_path: Path, change) -> Path:
@@ -74,22 +83,31 @@ def edited(tmp_path: Path, change) -> Path:
 def test_without_a_report_the_default_mode_is_unchanged() -> None:
     docs = render(report=None)
     assert mode_of(docs) == ("FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE")
-    assert "ConfigMap" not in {d["kind"] for d in docs}
+    assert "--qualification" not in containers(docs)["health"]["args"]
+    assert not [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-qualification")]
 
 
-def test_mode_and_baseline_come_from_the_report(tmp_path: Path) -> None:
+def test_the_mode_comes_from_the_report_and_the_sidecar_gets_the_report(tmp_path: Path) -> None:
     docs = render()
     assert mode_of(docs) == ("FULL_DECODE_ONLY", "FULL_DECODE_ONLY")
-    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-canary"))
-    (tmp_path / "baseline.json").write_text(cm["data"]["baseline.json"])
-    base = Baseline.load(tmp_path / "baseline.json")  # the sidecar's own reader accepts it
-    assert json.loads(cm["data"]["baseline.json"]) == json.loads(REPORT.read_text())["baseline"]
-    assert base.model == "smollm2-135m-instruct" and base.seed == 20251202
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-qualification"))
+    text = cm["data"]["qualification.json"]
+    assert text == REPORT.read_text()  # the report as given: the sidecar reads it with the Python reader
     c = containers(docs)
-    assert arg(c["health"]["args"], "--canary-baseline") == "/etc/vllm-rocm-health/baseline.json"
+    assert arg(c["health"]["args"], "--qualification") == "/etc/vllm-rocm-health/qualification.json"
+    assert "--canary-baseline" not in c["health"]["args"]  # the sidecar takes the report's baseline
+    # What the sidecar will read from the mounted file: the reader of `qualification apply` takes it, and the
+    # baseline in it is one the canary's reader takes, for this model and problem set.
+    (tmp_path / "qualification.json").write_text(text)
+    report = load(tmp_path / "qualification.json")
+    assert report.choose_mode("FULL_DECODE_ONLY") == "FULL_DECODE_ONLY"
+    (tmp_path / "baseline.json").write_text(json.dumps(report.baseline))
+    base = Baseline.load(tmp_path / "baseline.json")
+    base.check_matches("smollm2-135m-instruct", 20251202, 8)
     pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]
-    # A new report rolls the pods: the checksum is over the baseline they mount.
-    text = cm["data"]["baseline.json"].rstrip("\n")
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "canary-reference")
+    assert volume["configMap"]["name"] == cm["metadata"]["name"]
+    # A new report rolls the pods: the checksum is over the report they mount.
     assert pod["metadata"]["annotations"]["checksum/canary"] == hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -120,7 +138,9 @@ def test_eager_needs_none_to_have_passed(tmp_path: Path) -> None:
 @pytest.mark.parametrize("values,message", [
     ({"model.servedName": "llama"}, 'the report qualified model "smollm2-135m-instruct", this release serves "llama"'),
     ({"vllm.release": "0.14.0"}, "measured on vLLM 0.26.0, vllm.release is 0.14.0"),
-    ({"canary.baseline": '{"model": "x"}'}, "give the canary baseline once"),
+    ({"canary.baseline": baseline_for("smollm2-135m-instruct")}, "give the canary's accuracy reference once"),
+    ({"canary.existingConfigMap": "mine"}, "give the canary's accuracy reference once"),
+    ({"canary.enabled": False}, "canary.enabled=false together with qualification"),
 ])
 def test_a_report_for_something_else_is_refused(values: dict[str, Any], message: str) -> None:
     assert message in refused(values)
@@ -129,7 +149,9 @@ def test_a_report_for_something_else_is_refused(values: dict[str, Any], message:
 @pytest.mark.parametrize("change,message", [
     (lambda r: r.update(kind="bench"), "not a qualification report"),
     (lambda r: r.update(rows="none"), "has no rows"),
-    (lambda r: r["rows"][1].update(verdict="fine"), "needs a cudagraph mode and a verdict"),
+    (lambda r: r["rows"][1].update(verdict="fine"), "row 1 needs a mode"),
+    (lambda r: r["rows"].append(dict(r["rows"][4], verdict="pass")), "mode FULL appears twice"),
+    (lambda r: r.pop("vllm_version"), "does not say which vLLM it measured"),
     (lambda r: r.update(baseline=None), "carries no canary baseline"),
     (lambda r: (r.update(recommended=None), [x.update(verdict="fail") for x in r["rows"]]), "recommends no mode"),
 ])

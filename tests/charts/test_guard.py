@@ -298,7 +298,8 @@ BYPASSES: list[tuple[str, dict[str, Any], str, bool]] = [
      "does not support", False),
     ("future-graph-flag", {"extraArgs": ["--cudagraph-decoder-replay"]}, "compilation.*", False),
     ("in-vllm-command", {"vllm.command": ["vllm", "serve", "-O3"]}, "compilation.compilationConfig", True),
-    ("shell-wrapper", {"vllm.command": ["/bin/sh", "-c", 'exec vllm serve "$@" -O3', "sh"]}, "compilation.", False),
+    # A shell is no vLLM entrypoint (templates/_command.tpl); `-c` is also a prefix of vLLM's -cc.
+    ("shell-wrapper", {"vllm.command": ["/bin/sh", "-c", 'exec vllm serve "$@" -O3', "sh"]}, "vllm.command", False),
     # Environment variables.
     ("env-aiter", {"extraEnv": [{"name": "VLLM_ROCM_USE_AITER", "value": "1"}], "aiter.enabled": False},
      "aiter.enabled", False),
@@ -365,7 +366,7 @@ def test_issue_bypass_empty_splitting_ops_is_full_on_010(release: str, message: 
     eff = effective({**values, "vllm.patched": True})
     assert (eff["requestedMode"], eff["configMode"], eff["mode"]) == ("PIECEWISE", "FULL", "FULL")
     side = container(pod_spec(render({**values, "vllm.patched": True})), "health")
-    assert arg_value(side["args"], "--requested-mode") == "FULL"
+    assert arg_value(side["args"], "--expected-mode") == "FULL"
     want = f"Requested cudagraph_mode: PIECEWISE; vLLM {eff['releasePatch']} will run FULL (splitting_ops=[]: "
     assert want in notes({**values, "vllm.patched": True})
 
@@ -422,7 +423,7 @@ def test_effective_mode_per_release(values: dict[str, Any], config: str, mode: s
     assert (eff["configMode"], eff["mode"]) == (config, mode), eff
     assert bool(eff["modeChanges"]) == (mode != eff["requestedMode"] or config != eff["requestedMode"])
     args = container(pod_spec(render(values)), "health")["args"]
-    assert arg_value(args, "--requested-mode") == config  # the sidecar expects what vLLM's config line will say
+    assert arg_value(args, "--expected-mode") == config  # the sidecar expects what vLLM's config line will say
 
 
 def test_effective_settings_hold_every_input_of_a_later_guard() -> None:

@@ -9,16 +9,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from vllm_rocm_health.config import SidecarConfig, _fields
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helm_chart import CHART, arg_value, container, pod_spec, render, render_error  # noqa: E402
 
-# chart value (sidecar.<name>) -> sidecar setting; those listed in "vllm-rocm.sidecarFlags" may be 0 = default.
+# chart value (sidecar.<name>) -> sidecar setting. ZERO_IS_DEFAULT: 0 renders no flag (the sidecar's default); the
+# others are always rendered, and their chart default is the sidecar's default.
 SETTINGS = {"canaryInterval": "canary_interval", "canaryTimeout": "canary_timeout",
             "canaryMaxAgeIntervals": "canary_max_age_intervals", "canaryMaxTokens": "canary_max_tokens",
-            "healthInterval": "health_interval"}
-ALWAYS_RENDERED = {"canaryInterval"}
+            "healthInterval": "health_interval", "healthTimeout": "health_timeout",
+            "canaryNumProblems": "canary_num_problems", "canarySeed": "canary_seed",
+            "canaryMaxRequests": "canary_max_requests", "canaryConcurrency": "canary_concurrency",
+            "canaryLongPrompts": "canary_long_prompts", "canaryScoreTolerance": "canary_score_tolerance",
+            "canaryFingerprintTolerance": "canary_fingerprint_tolerance",
+            "canaryIdleProbeAfter": "canary_idle_probe_after",
+            "canaryMaxBackoffIntervals": "canary_max_backoff_intervals"}
+ZERO_IS_DEFAULT = {"canaryTimeout", "canaryMaxAgeIntervals", "canaryMaxTokens", "healthInterval"}
+ALWAYS_RENDERED = set(SETTINGS) - ZERO_IS_DEFAULT
+# Settings that must match the baseline (check_matches): a render that changes them needs a baseline taken so.
+BASELINE_BOUND = {"canarySeed": "seed", "canaryNumProblems": "num_problems"}
 
 
 def sidecar_range(name: str) -> tuple[float, float, type]:
@@ -46,7 +57,7 @@ def test_schema_range_equals_the_sidecar_range(value: str) -> None:
     s = schema_of(value)
     bounds = s if value in ALWAYS_RENDERED else next(b for b in s["anyOf"] if "minimum" in b)
     assert (bounds["minimum"], bounds["maximum"]) == (lo, hi)
-    if value not in ALWAYS_RENDERED:
+    if value in ZERO_IS_DEFAULT:
         assert {"const": 0} in s["anyOf"]
     assert s["type"] == ("integer" if tp is int else "number")
 
@@ -55,14 +66,16 @@ def test_schema_range_equals_the_sidecar_range(value: str) -> None:
 def test_each_value_reaches_its_flag_and_out_of_range_is_refused(value: str) -> None:
     lo, hi, tp = sidecar_range(SETTINGS[value])
     flag = "--" + SETTINGS[value].replace("_", "-")
-    args = container(pod_spec(render({f"sidecar.{value}": hi})), "health")["args"]
-    assert float(arg_value(args, flag)) == hi
-    for bad in (hi * 10, lo - (1 if tp is int else lo / 2), -1):
-        if bad == 0 and value not in ALWAYS_RENDERED:
+    for x in (lo, hi) if lo != 0 or value not in ZERO_IS_DEFAULT else (hi,):
+        args = container(pod_spec(render({f"sidecar.{value}": x})), "health")["args"]
+        # Exactly as the sidecar's flag parser reads it: an integer setting never as 2.147483647e+09.
+        assert tp(arg_value(args, flag)) == x, arg_value(args, flag)
+    for bad in (hi * 10, lo - (1 if tp is int else (lo / 2 if lo > 0 else 0.5)), -1):
+        if bad == 0 and value in ZERO_IS_DEFAULT:
             continue
         err = render_error({f"sidecar.{value}": bad})
         assert f"sidecar.{value}" in err or "sidecar" in err, err
-    if value not in ALWAYS_RENDERED:
+    if value in ZERO_IS_DEFAULT:
         args = container(pod_spec(render({f"sidecar.{value}": 0})), "health")["args"]
         assert flag not in args  # the sidecar's default
 
@@ -75,3 +88,18 @@ def test_the_defaults_are_inside_the_ranges() -> None:
     for name, f in ranged:
         lo, hi = f.metadata["range"]
         assert lo <= f.default <= hi, (name, f.default)
+
+
+def sidecar_default(name: str) -> Any:
+    return next(f.default for field_name, f, _ in _fields(SidecarConfig) if field_name == name)
+
+
+@pytest.mark.parametrize("value", sorted(ALWAYS_RENDERED))
+def test_an_always_rendered_setting_defaults_to_the_sidecars_default(value: str) -> None:
+    """The chart renders these flags always; with the defaults it must ask for exactly what the sidecar would do
+    without them, so a change of the sidecar's default shows up here."""
+    chart_default = yaml.safe_load((CHART / "values.yaml").read_text())["sidecar"][value]
+    assert chart_default == sidecar_default(SETTINGS[value])
+    args = container(pod_spec(render()), "health")["args"]
+    flag = "--" + SETTINGS[value].replace("_", "-")
+    assert type(sidecar_default(SETTINGS[value]))(arg_value(args, flag)) == sidecar_default(SETTINGS[value])

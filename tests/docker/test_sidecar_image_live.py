@@ -1,10 +1,11 @@
 """The built sidecar image, run (buildah, chroot isolation: the host's network) against the REAL vLLM CPU server.
 
-Configured as docker/compose.yaml configures it (its `health` service environment: the log file on the shared
-volume, JSON logs), with two local differences: the vLLM URL is a pass-through proxy in front of the server
-(the failure injector: it drops connections on cue, as while vLLM restarts) and the listen address is a free
-loopback port. The server's own log file is mounted read-only where compose puts it. The image's entrypoint
-and user are the image's; nothing is installed or changed in it.
+Configured as docker/compose.yaml with its compose.baseline.yaml overlay configures it (its `health` service
+environment: the log file on the shared volume, JSON logs, the canary's baseline mounted where the overlay puts it:
+the baseline recorded from this server through the real CLI), with two local differences: the vLLM URL is a
+pass-through proxy in front of the server (the failure injector: it drops connections on cue, as while vLLM
+restarts) and the listen address is a free loopback port. The server's own log file is mounted read-only where
+compose puts it. The image's entrypoint and user are the image's; nothing is installed or changed in it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from vllm_rocm_stack.sidecar_process import free_port, get
 from vllm_rocm_stack.vllm_server import VllmServer
 
 from tests.docker.conftest import BUILD_TIMEOUT, DOCKER
+from tests.support.canary import CanaryTiming
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT + 600)]
 
@@ -78,12 +80,15 @@ class SidecarContainer:
 
 
 def compose_env() -> dict[str, str]:
-    env = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["health"]["environment"]
-    return {k: str(v) for k, v in env.items()}
+    env: dict[str, str] = {}
+    for name in ("compose.yaml", "compose.baseline.yaml"):
+        service = yaml.safe_load((DOCKER / name).read_text())["services"]["health"]
+        env.update({k: str(v) for k, v in service["environment"].items()})
+    return env
 
 
 @pytest.fixture(scope="module")
-def sidecar(built_images: dict, vllm_server: VllmServer, proxy: SwitchableProxy,
+def sidecar(built_images: dict, vllm_server: VllmServer, proxy: SwitchableProxy, baseline_file: Path,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarContainer]:
     img = built_images["by_dockerfile"][HEALTH_DOCKERFILE]
     env = compose_env()
@@ -91,7 +96,8 @@ def sidecar(built_images: dict, vllm_server: VllmServer, proxy: SwitchableProxy,
     env.update({"VLLM_HEALTH_VLLM_URL": proxy.url, "VLLM_HEALTH_LISTEN": f"127.0.0.1:{free_port()}",
                 "VLLM_HEALTH_HEALTH_INTERVAL": "0.5", "VLLM_HEALTH_HEALTH_TIMEOUT": "2"})
     sc = SidecarContainer(Buildah(driver=built_images["driver"]), img["image"], env,
-                          [f"{vllm_server.log_path}:{log_in_container}:ro"],
+                          [f"{vllm_server.log_path}:{log_in_container}:ro",
+                           f"{baseline_file}:{env['VLLM_HEALTH_CANARY_BASELINE']}:ro"],
                           tmp_path_factory.mktemp("sidecar-image") / "sidecar.out")
     try:
         sc.wait_started()
@@ -101,8 +107,8 @@ def sidecar(built_images: dict, vllm_server: VllmServer, proxy: SwitchableProxy,
     assert rc == 0, f"the sidecar did not stop cleanly ({rc}):\n{sc.process.log_tail(40)}"
 
 
-def test_image_sidecar_is_ready_on_the_real_server(sidecar: SidecarContainer) -> None:
-    body = sidecar.wait_ready(200)
+def test_image_sidecar_is_ready_on_the_real_server(sidecar: SidecarContainer, canary_timing: CanaryTiming) -> None:
+    body = sidecar.wait_ready(200, canary_timing.patience)  # after a canary pass on the real server
     assert body == {"ready": True, "reason": "ok"}
     code, metrics = get(sidecar.url + "/metrics")
     text = metrics.decode()
@@ -111,6 +117,7 @@ def test_image_sidecar_is_ready_on_the_real_server(sidecar: SidecarContainer) ->
     # From the real server's log, read through the mount: an eager CPU engine, the log source up.
     assert values.get("vllm_sidecar_log_source_up") == "1.0", text
     assert values.get("vllm_engine_eager_mode") == "1.0", text
+    assert values.get("vllm_canary_configured") == "1.0", text  # the overlay's baseline reached the canary
     res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     # compose sets JSON logs: every line the image's process wrote is a JSON object
@@ -118,12 +125,14 @@ def test_image_sidecar_is_ready_on_the_real_server(sidecar: SidecarContainer) ->
     assert lines and all(isinstance(json.loads(ln), dict) for ln in lines)
 
 
-def test_image_sidecar_readiness_follows_the_server(sidecar: SidecarContainer, proxy: SwitchableProxy) -> None:
-    sidecar.wait_ready(200)
+def test_image_sidecar_readiness_follows_the_server(sidecar: SidecarContainer, proxy: SwitchableProxy,
+                                                    canary_timing: CanaryTiming) -> None:
+    sidecar.wait_ready(200, canary_timing.patience)
     proxy.inject("down")
     try:
         body = sidecar.wait_ready(503)
         assert "/health is failing" in body["reason"], body
     finally:
         proxy.inject(None)
-    assert sidecar.wait_ready(200)["reason"] == "ok"
+    # The outage started a new engine instance: Ready again only after a canary pass on it.
+    assert sidecar.wait_ready(200, canary_timing.patience)["reason"] == "ok"

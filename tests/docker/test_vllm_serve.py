@@ -82,7 +82,7 @@ def test_image_writes_the_facts_line_before_vllm(tmp_path: Path) -> None:
                         "fixes_issues=aiter-fa-full-cudagraph-always\n")
     log = tmp_path / "vllm.log"
     env = {"VLLM_IMAGE_VERSIONS_FILE": str(versions), "VLLM_LOG_FILE": str(log), "VLLM_ROCM_USE_AITER": "1",
-           "OTHER": "x"}
+           "OTHER": "x", "VLLM_API_KEY": "secret", "VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}
     res = run(tmp_path, env, "m")
     assert res.returncode == 0, res.stderr
     first, second = res.stdout.splitlines()[:2]
@@ -90,7 +90,8 @@ def test_image_writes_the_facts_line_before_vllm(tmp_path: Path) -> None:
     facts = json.loads(first.split(": ", 1)[1])
     assert facts["patches"] == ["vllm-0.10.2/0001-a.patch", "vllm-0.10.2/0002-b.patch"]
     assert facts["fixes_issues"] == ["aiter-fa-full-cudagraph-always"]
-    assert facts["env"] == {"VLLM_ROCM_USE_AITER": "1"}
+    # the switches the known-issues data conditions on (its switch_defaults), never any other variable
+    assert facts["env"] == {"VLLM_ROCM_USE_AITER": "1", "VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}
     assert first in wait_for(log, "out: serve m")  # in the log file the sidecar follows, too
 
 

@@ -107,10 +107,12 @@ def test_sidecar_posts_transition_events(tmp_path) -> None:
     from pathlib import Path
 
     from vllm_rocm_health.app import Sidecar
+    from vllm_rocm_health.canary import CanaryConfig
     from vllm_rocm_health.config import SidecarConfig
 
     api = FakeEventsApi()
-    sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0"), event_poster=EventPoster(api, "ns", "pod-0"))
+    sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0", canary=CanaryConfig(enabled=False)),
+                      event_poster=EventPoster(api, "ns", "pod-0"))
     fixtures = Path(__file__).resolve().parents[2] / "health" / "fixtures"
     for name in ("v0.11.0-downgrade-full.log", "v0.11.0-oom-during-capture.log"):
         for line in (fixtures / name).read_text().splitlines():

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from vllm_rocm_health import logline
 from vllm_rocm_health import logparse as lp
 from vllm_rocm_health.state import LogState
 
@@ -74,30 +75,36 @@ def test_restart_resets_the_engine_and_counts() -> None:
     assert 0.1 < s["progress"] < 0.3
 
 
+def L(msg: str, src: str = "core.py", level: str = "INFO", proc: str = "EngineCore_DP0 pid=412") -> str:  # noqa: N802
+    """One line as vLLM's logger prints it: process prefix, level, date, [file:line], message."""
+    return f"({proc}) {level} 12-02 11:00:00 [{src}:1] {msg}" if proc else f"{level} 12-02 11:00:00 [{src}:1] {msg}"
+
+
 def test_both_config_formats() -> None:
-    json_line = ('Initializing a V1 LLM engine (v0.11.0) with config: '
-                 'compilation_config={"level":3,"cudagraph_mode":[2,0]}')
-    dict_line = ("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
-                 "<CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}")
+    json_line = L('Initializing a V1 LLM engine (v0.11.0) with config: '
+                  'compilation_config={"level":3,"cudagraph_mode":[2,0]}')
+    dict_line = L("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+                  "<CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}")
     for line, version in ((json_line, "0.11.0"), (dict_line, "0.14.0")):
         (ev,) = lp.parse_line(line)
         assert (ev.kind, ev.mode, ev.text) == (lp.ENGINE_START, "FULL_DECODE_ONLY", version)
     for value, mode in (("0", "NONE"), ("1", "PIECEWISE"), ("2", "FULL"), ("[2,1]", "FULL_AND_PIECEWISE")):
-        (ev,) = lp.parse_line(f'Initializing a V1 LLM engine (v0.10.2) with config: x={{"cudagraph_mode":{value}}}')
+        (ev,) = lp.parse_line(L(f'Initializing a V1 LLM engine (v0.10.2) with config: x={{"cudagraph_mode":{value}}}'))
         assert ev.mode == mode
 
 
 def test_ansi_colours_and_carriage_returns() -> None:
-    line = ("\x1b[1;36m(EngineCore_DP0 pid=1)\x1b[0m INFO 12-02 [x.py:1] Capturing CUDA graphs (decode, FULL):  10%|| "
+    line = ("\x1b[1;36m(EngineCore_DP0 pid=1)\x1b[0m Capturing CUDA graphs (decode, FULL):  10%|| "
             "3/35 [00:01<00:07]\rCapturing CUDA graphs (decode, FULL):  20%|| 7/35 [00:02<00:06]")
     events = lp.parse_line(line)
     assert [(e.done, e.total) for e in events] == [(3, 35), (7, 35)]
 
 
 def test_downgrade_with_spec_decode_names_backend() -> None:
-    (ev,) = lp.parse_line("WARNING CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention "
-                          "backend AiterFlashAttentionBackend (support: "
-                          "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE")
+    (ev,) = lp.parse_line(L("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention "
+                            "backend AiterFlashAttentionBackend (support: "
+                            "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE",
+                            "compilation.py", "WARNING"))
     assert (ev.kind, ev.text, ev.mode, ev.reason) == (lp.DOWNGRADE, "FULL_AND_PIECEWISE", "PIECEWISE",
                                                       "AiterFlashAttentionBackend")
 
@@ -111,7 +118,7 @@ def test_traceback_after_startup_is_not_a_capture_failure() -> None:
     state = LogState()
     for line in (FIXTURES / "v0.14.0-dict-default.log").read_text().splitlines():
         state.feed(line)
-    state.feed("ERROR 12-02 [serving.py:1] Traceback (most recent call last):")
+    state.feed(L("Traceback (most recent call last):", "core.py", "ERROR"))
     assert state.failures_total == {}
     state.feed("RuntimeError: HIP error: an illegal memory access was encountered")
     assert state.failures_total == {"gpu_error": 1}  # a GPU fault is reported whenever it happens
@@ -119,26 +126,26 @@ def test_traceback_after_startup_is_not_a_capture_failure() -> None:
 
 def test_requested_hint_used_when_log_is_silent() -> None:
     state = LogState(requested_hint="FULL")
-    state.feed("INFO Available KV cache memory: 1 GiB")
+    state.feed(L("Available KV cache memory: 1 GiB", "gpu_worker.py"))
     assert state.engine.requested == "FULL"
 
 
 def test_pre_v2_release_finished_counts_even_without_kv_cache_line() -> None:
     state = LogState()
-    for line in ["Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
-                 "<CUDAGraphMode.PIECEWISE: 1>}",
+    for line in [L("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+                   "<CUDAGraphMode.PIECEWISE: 1>}"),
                  "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##| 51/51 [00:08<00:00]",
-                 "INFO Graph capturing finished in 9 secs, took 0.40 GiB"]:
+                 L("Graph capturing finished in 9 secs, took 0.40 GiB", "gpu_model_runner.py")]:
         state.feed(line)
     assert state.engine.capture_finished and state.engine.profile_passes == 0
     late = LogState()  # joined mid-way, version unknown: a lone finished line may be the profile pass
-    late.feed("INFO Graph capturing finished in 9 secs, took 0.40 GiB")
+    late.feed(L("Graph capturing finished in 9 secs, took 0.40 GiB", "gpu_model_runner.py"))
     assert not late.engine.capture_finished
 
 
 def test_container_restart_then_config_line_counts_once() -> None:
-    cfg = ("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
-           "<CUDAGraphMode.PIECEWISE: 1>}")
+    cfg = L("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+            "<CUDAGraphMode.PIECEWISE: 1>}")
     state = LogState()
     state.feed(cfg)
     state.restart(container=True)   # the k8s source saw restartCount change
@@ -149,14 +156,16 @@ def test_container_restart_then_config_line_counts_once() -> None:
 
 
 @pytest.mark.parametrize(("line", "mode"), [
-    ("WARNING Pooling models do not support full cudagraphs. Overriding cudagraph_mode to PIECEWISE.", "PIECEWISE"),
-    ("WARNING KV connector X requires PIECEWISE CUDA graph mode due to layerwise async operations that cannot be "
-     "captured in CUDA graphs. Overriding cudagraph_mode from FULL_AND_PIECEWISE to PIECEWISE.", "PIECEWISE"),
-    ("INFO Cudagraph mode FULL is not compatible with compilation mode 0.Overriding to NONE.", "NONE"),
-    ("INFO CUDA graphs are not supported with stock torch.compile in Model Runner V2. Overriding cudagraph_mode "
-     "FULL_AND_PIECEWISE to NONE.", "NONE"),
-    ("WARNING Piecewise compilation with empty splitting_ops does not contain piecewise cudagraph. Setting "
-     "cudagraph_mode to FULL. Hint: ...", "FULL"),
+    (L("Pooling models do not support full cudagraphs. Overriding cudagraph_mode to PIECEWISE.", "vllm.py",
+       "WARNING"), "PIECEWISE"),
+    (L("KV connector X requires PIECEWISE CUDA graph mode due to layerwise async operations that cannot be "
+       "captured in CUDA graphs. Overriding cudagraph_mode from FULL_AND_PIECEWISE to PIECEWISE.", "vllm.py",
+       "WARNING"), "PIECEWISE"),
+    (L("Cudagraph mode FULL is not compatible with compilation mode 0.Overriding to NONE.", "vllm.py"), "NONE"),
+    (L("CUDA graphs are not supported with stock torch.compile in Model Runner V2. Overriding cudagraph_mode "
+       "FULL_AND_PIECEWISE to NONE.", "vllm.py"), "NONE"),
+    (L("Piecewise compilation with empty splitting_ops does not contain piecewise cudagraph. Setting "
+       "cudagraph_mode to FULL. Hint: ...", "compilation.py", "WARNING"), "FULL"),
 ])
 def test_config_overrides_are_downgrades(line: str, mode: str) -> None:
     (ev,) = lp.parse_line(line)
@@ -165,11 +174,13 @@ def test_config_overrides_are_downgrades(line: str, mode: str) -> None:
 
 def test_config_line_differing_from_args_is_a_downgrade() -> None:
     state = LogState()
-    state.feed("non-default args: {'model': 'm', 'compilation_config': {\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}}")
-    state.feed("Initializing a V1 LLM engine (v0.20.0) with config: compilation_config={'cudagraph_mode': "
-               "<CUDAGraphMode.PIECEWISE: 1>}")
+    state.feed(L("non-default args: {'model': 'm', 'compilation_config': {\"cudagraph_mode\": "
+                 "\"FULL_AND_PIECEWISE\"}}", "utils.py", proc="APIServer pid=301"))
+    state.feed(L("Initializing a V1 LLM engine (v0.20.0) with config: compilation_config={'cudagraph_mode': "
+                 "<CUDAGraphMode.PIECEWISE: 1>}"))
     e = state.engine
     assert (e.requested, e.effective, e.downgraded) == ("FULL_AND_PIECEWISE", "PIECEWISE", True)
+    assert e.config_mode == "PIECEWISE"
 
 
 @pytest.mark.parametrize(("profile", "mode"), [
@@ -188,15 +199,55 @@ def test_profiling_line_shows_the_resolved_mode(profile: str, mode: str) -> None
 def test_prefilter_lets_every_event_line_through() -> None:
     """The cheap prefilter must never hide a line the full parser would act on (fixtures + known templates)."""
     lines = [x for f in sorted(FIXTURES.glob("*.log")) for x in f.read_text().splitlines()]
-    lines += ["Skipping CUDA graph capture. To turn on CUDA graph capture, ensure `cudagraph_mode` was not set",
-              "Skipping encoder and decoder CUDA graph capture. To enable encoder capture, ensure ...",
-              "Enforce eager set, overriding optimization level to -O0", "HIP error: invalid device function",
-              "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB", "hipErrorNoBinaryForGpu",
-              "EngineCore failed to start.", "RuntimeError: Engine core initialization failed. See root cause above."]
+    lines += [L("Skipping CUDA graph capture. To turn on CUDA graph capture, ensure `cudagraph_mode` was not set",
+                "gpu_model_runner.py", "WARNING"),
+              L("Skipping encoder and decoder CUDA graph capture. To enable encoder capture, ensure ...",
+                "model_runner.py"),
+              L("Enforce eager set, overriding optimization level to -O0", "vllm.py", "WARNING"),
+              "HIP error: invalid device function",
+              "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB",
+              "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x2. Reason: Page not present",
+              L("EngineCore failed to start.", "core.py", "ERROR"),
+              L("RuntimeError: Engine core initialization failed. See root cause above.", "utils.py", "ERROR",
+                "APIServer pid=301")]
     acted = 0
     for x in lines:
-        for part in lp.clean(x).split("\r"):
-            if lp._parse_one(part):
-                acted += 1
-                assert lp.parse_line(x), x
+        line = logline.split(x)
+        if (lp._parse_logger(line) if line.level else lp._parse_raw(line)):
+            acted += 1
+            assert lp.parse_line(x), x
     assert acted > 60
+
+
+def test_a_clean_stop_of_a_real_0_32_engine_is_no_failure() -> None:
+    """vLLM 0.32.0 on CPU, stopped (SIGINT) and started again behind the same log, with a client's forged engine
+    lines in between (the live authority test's log). Each stop logs `[shutdown]` lines and then an EngineDeadError
+    traceback through the logger (`AsyncLLM output_handler failed`): that is teardown, not a capture failure, so no
+    failure is counted; without the `[shutdown]` lines the same traceback counts, and an OOM after them still does."""
+    name = "v0.32.0-cpu-restart-real.log"
+    s = summarise(name)
+    assert (s["engines_seen"], s["restarts"], s["instance"], s["eager"]) == (2, 1, 2, True)
+    assert s["failures"] == [] and s["failures_total"] == {}, s
+    lines = (FIXTURES / name).read_text().splitlines()
+    assert sum("Traceback (most recent call last):" in ln and "[async_llm.py:" in ln for ln in lines) == 2
+    state = LogState()
+    for line in lines:
+        if "[shutdown]" not in line:
+            state.feed(line)
+    assert state.summary()["failures_total"] == {"exception": 2}
+    state = LogState()
+    for line in lines:
+        state.feed(line)
+    state.feed("(EngineCore pid=22333) ERROR 12-03 17:27:12 [core.py:1000] torch.OutOfMemoryError: HIP out of memory. "
+               "Tried to allocate 2.00 GiB")
+    assert state.summary()["failures_total"] == {"oom": 1}
+
+
+def test_a_real_0_32_cpu_log_with_client_text_in_it() -> None:
+    """vLLM 0.32.0 on CPU, eager, request logging on; a client asked with engine lines as stop strings and for the
+    path `/hipError%0aTraceback (most recent call last):`. The engine is seen, the client text is not."""
+    s = summarise("v0.32.0-cpu-eager-real.log")
+    assert (s["vllm_version"], s["config_mode"], s["eager"], s["effective_mode"]) == ("0.32.0", "NONE", True, "NONE")
+    assert s["failures"] == [] and s["engines_seen"] == 1 and s["restarts"] == 0 and s["instance"] == 1
+    text = (FIXTURES / "v0.32.0-cpu-eager-real.log").read_text()
+    assert "EngineCore failed to start" in text and "hipError" in text  # the client's text is in the log

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from vllm_rocm_health.canary.baseline import Baseline
 
@@ -53,3 +54,22 @@ def test_refuses_another_model_and_a_broken_report(tmp_path: Path) -> None:
     res = apply(tmp_path / "c", report=tmp_path / "nb.json")
     assert res.returncode == 1 and "no canary baseline" in res.stderr
     assert not any((tmp_path / d).exists() and any((tmp_path / d).iterdir()) for d in "abc")
+
+
+@pytest.mark.parametrize("change", [
+    {"vllm_version": None}, {"vllm_version": ""}, {"served_model_name": None},
+    {"rows": "dup"},  # the same mode twice: which verdict holds?
+])
+def test_refuses_a_report_that_does_not_say_what_it_qualified(tmp_path: Path, change: dict) -> None:
+    raw = json.loads(H200.read_text())
+    for key, value in change.items():
+        if value is None:
+            raw.pop(key)
+        elif value == "dup":
+            raw["rows"].append(dict(raw["rows"][-1]))
+        else:
+            raw[key] = value
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(raw))
+    res = apply(tmp_path / "out", report=path)
+    assert res.returncode == 1 and ("is missing" in res.stderr or "appears twice" in res.stderr), res.stderr

@@ -30,7 +30,8 @@ def _engine(**kw) -> EngineState:
 ])
 def test_readiness_rules(engine, healthy, canary, ready, why) -> None:
     v = decide(Inputs(engine, healthy, canary_enabled=canary[0], canary_passing=canary[1],
-                      canary_reason="score 0.2 < 0.8", canary_pass_age=1.0, canary_max_age=10.0))
+                      canary_reason="score 0.2 < 0.8", canary_pass_age=1.0, canary_max_age=10.0,
+                      instance=3, canary_pass_instance=3))
     assert v.ready is ready and why in v.message
     assert v.code == "ok" if ready else v.code in REASONS
 
@@ -40,10 +41,63 @@ def test_without_log_source_capture_is_not_gated() -> None:
     assert decide(Inputs(_engine(), False, capture_gate=False)).ready is False
 
 
-def _parse(argv: list[str], env: dict[str, str]) -> cfgmod.SidecarConfig:
-    p = argparse.ArgumentParser()
+def _ready_inputs(**kw) -> Inputs:
+    """Everything right: captured engine seen, /health ok, a fresh canary pass on the current instance."""
+    args = dict(engine=_engine(capture_finished=True, config_mode="FULL_AND_PIECEWISE",
+                               effective="FULL_AND_PIECEWISE", requested="FULL_AND_PIECEWISE"),
+                server_healthy=True, canary_enabled=True, canary_passing=True, canary_pass_age=1.0,
+                canary_max_age=10.0, engine_seen=True, instance=2, canary_pass_instance=2,
+                expected_mode="FULL_AND_PIECEWISE")
+    args.update(kw)
+    return Inputs(**args)
+
+
+def test_runtime_authority_rules() -> None:
+    assert decide(_ready_inputs()).ready
+    # a pass measured on an earlier engine instance (restart, new capture, /health outage) does not count
+    v = decide(_ready_inputs(instance=3, instance_reason="a new engine started"))
+    assert (v.ready, v.code) == (False, "canary_pending") and "a new engine started" in v.message
+    # the mode vLLM's engine line shows is not the one the deployment asked for
+    e = _engine(capture_finished=True, config_mode="FULL", effective="FULL")
+    v = decide(_ready_inputs(engine=e))
+    assert (v.ready, v.code) == (False, "mode_mismatch") and "FULL_AND_PIECEWISE" in v.message
+    v = decide(_ready_inputs(engine=_engine(capture_finished=True)))  # config line without a readable mode
+    assert (v.ready, v.code) == (False, "mode_unknown")
+    assert decide(_ready_inputs(engine=e, expected_mode="")).ready  # nothing asked for: nothing to compare
+    # a downgrade vLLM logs is no mismatch, unless the qualification failed the mode it runs
+    down = _engine(capture_finished=True, config_mode="FULL_AND_PIECEWISE", effective="PIECEWISE")
+    assert decide(_ready_inputs(engine=down)).ready
+    v = decide(_ready_inputs(engine=down, failed_modes=frozenset({"PIECEWISE"})))
+    assert (v.ready, v.code) == (False, "mode_failed_qualification")
+    v = decide(_ready_inputs(blocking_issues=("aiter-fa-full-cudagraph-always: FULL is wrong",)))
+    assert (v.ready, v.code) == (False, "known_issue") and "aiter-fa-full-cudagraph-always" in v.message
+    v = decide(_ready_inputs(known_issues_error="version '0.1.2x' is not a PEP 440 version"))
+    assert (v.ready, v.code) == (False, "known_issues_unknown")
+    assert {v.code for v in [decide(_ready_inputs())]} == {"ok"}
+
+
+def _parse(argv: list[str], env: dict[str, str], canary: bool = False) -> cfgmod.SidecarConfig:
+    """Parsed and validated; without `canary`, the explicit opt-out is added (the tests here are about other
+    settings; the accuracy-reference rule has its own test)."""
+    p = argparse.ArgumentParser(allow_abbrev=False)
     cfgmod.add_arguments(p, environ=env)
-    return cfgmod.from_args(p.parse_args(argv))
+    extra = [] if canary or "--no-canary-enabled" in argv else ["--no-canary-enabled"]
+    return cfgmod.from_args(p.parse_args(argv + extra))
+
+
+def test_an_accuracy_reference_is_required_or_explicitly_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="no accuracy reference.*--canary-baseline.*--qualification.*"
+                                         "--no-canary-enabled"):
+        _parse([], {}, canary=True)
+    assert _parse(["--canary-baseline", "/b.json"], {}, canary=True).canary.enabled
+    assert _parse([], {"VLLM_HEALTH_CANARY_ENABLED": "false"}, canary=True).canary.enabled is False
+    with pytest.raises(ValueError, match="say one or the other"):
+        _parse(["--no-canary-enabled", "--canary-baseline", "/b.json"], {})
+    report = tmp_path / "report.json"
+    report.write_text("{}")
+    assert _parse(["--qualification", str(report)], {}, canary=True).qualification == str(report)
+    with pytest.raises(ValueError, match="no such file"):
+        _parse(["--qualification", str(tmp_path / "nope.json")], {}, canary=True)
 
 
 def test_precedence_flag_over_env_over_default() -> None:
@@ -54,9 +108,9 @@ def test_precedence_flag_over_env_over_default() -> None:
 
 def test_nested_canary_fields_get_prefixed_flags_and_env() -> None:
     cfg = _parse(["--canary-interval", "42"], {"VLLM_HEALTH_CANARY_MAX_TOKENS": "3",
-                                               "VLLM_HEALTH_CANARY_BASELINE": "/b.json"})
+                                               "VLLM_HEALTH_CANARY_BASELINE": "/b.json"}, canary=True)
     assert (cfg.canary.interval, cfg.canary.max_tokens, cfg.canary.baseline) == (42.0, 3, "/b.json")
-    assert _parse(["--baseline", "/x.json"], {}).canary.baseline == "/x.json"  # contract spelling
+    assert _parse(["--baseline", "/x.json"], {}, canary=True).canary.baseline == "/x.json"  # contract spelling
 
 
 def test_bools_and_bad_values() -> None:
@@ -68,10 +122,22 @@ def test_bools_and_bad_values() -> None:
         _parse(["--log-source", "tcp:1"], {})
     with pytest.raises(ValueError, match="canary-interval"):
         _parse(["--canary-interval", "0"], {})
-    with pytest.raises(ValueError, match="requested-mode"):
-        _parse(["--requested-mode", "TURBO"], {})
+    with pytest.raises(ValueError, match="expected-mode"):
+        _parse(["--requested-mode", "TURBO"], {})  # the old spelling, same check
+    with pytest.raises(ValueError, match="expected-mode needs a log source"):
+        _parse(["--expected-mode", "FULL"], {})
+    with pytest.raises(ValueError, match="not a known-issue id"):
+        _parse(["--allow-known-issues", "ok-id,Bad Id"], {})
 
 
 def test_every_field_has_help() -> None:
     for name, f, _ in cfgmod._fields(cfgmod.SidecarConfig):
         assert f.metadata.get("help"), name
+
+
+def test_every_readiness_reason_has_a_runbook_entry() -> None:
+    from pathlib import Path
+
+    runbook = (Path(__file__).resolve().parents[2] / "charts" / "vllm-rocm" / "docs" / "runbook.md").read_text()
+    missing = [r for r in REASONS if f"`{r}`" not in runbook]
+    assert not missing, f"readiness reasons without a runbook entry: {missing}"

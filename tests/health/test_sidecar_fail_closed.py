@@ -70,8 +70,8 @@ def test_nan_logprobs_are_a_fail_not_agreement(sidecar: SidecarProcess, answerer
     a, _, _ = answerer
     _ready(sidecar, 200)
     fails = sidecar.total("vllm_canary_runs_total", outcome="fail")
-    a.override("fingerprint", 200, {"choices": [{"text": "x", "logprobs": {"token_logprobs": [None, math.nan,
-                                                                                               math.nan]}}]})
+    lps = [None, math.nan, math.nan]
+    a.override("fingerprint", 200, {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": lps}}]})
     body = _ready(sidecar, 503)
     assert "canary fail" in body["reason"] and "drift inf" in body["reason"], body
     assert sidecar.total("vllm_canary_runs_total", outcome="fail") > fails
@@ -168,8 +168,8 @@ def test_a_baseline_of_wrong_types_is_refused_at_start_naming_the_field(tmp_path
 def test_a_log_file_that_is_not_there_yet_is_a_readiness_reason(tmp_path: Path, answerer) -> None:
     _, server, _ = answerer
     log = tmp_path / "vllm.log"
-    sc = SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--health-interval", "0.2"],
-                        tmp_path / "sidecar.out")
+    sc = SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--health-interval", "0.2",
+                         "--no-canary-enabled"], tmp_path / "sidecar.out")
     try:
         assert sc.wait_for(lambda: "does not exist (yet)" in sc.ready()[1]["reason"], 20), sc.ready()
         assert sc.ready()[0] == 503
@@ -198,7 +198,8 @@ def test_stdin_bounded_memory_and_undecodable_bytes(tmp_path: Path, answerer) ->
     out = (tmp_path / "sidecar.out").open("wb")
     env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict", "LC_ALL": "C.UTF-8", "PYTHONUTF8": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "vllm_rocm_health", "serve", "--listen", f"127.0.0.1:{port}",
-                             "--vllm-url", server.url, "--log-source", "stdin", "--health-interval", "0.2"],
+                             "--vllm-url", server.url, "--log-source", "stdin", "--health-interval", "0.2",
+                             "--no-canary-enabled"],
                             stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         assert proc.stdin is not None

@@ -45,22 +45,26 @@ def test_facts_parsed_from_the_real_templates() -> None:
     assert (e.attention_backend, e.quantization, e.max_num_seqs) == ("TRITON_ATTN", "none", None)
 
 
+P = "(EngineCore_DP0 pid=412) INFO 12-02 11:00:02 "  # vLLM's own prefix: only such lines are events
+
+
 @pytest.mark.parametrize(
     "line, backend",
     [
-        ("INFO [rocm.py:241] Using Flash Attention backend on V1 engine.", "ROCM_AITER_FA"),  # <=0.11
-        ("INFO [rocm.py:245] Using Triton Attention backend on V1 engine.", "TRITON_ATTN"),
-        ("INFO [rocm.py:248] Using Rocm/Aiter Attention backend on V1 engine.", "ROCM_ATTN"),  # 0.11
-        ("INFO [rocm.py:253] Using Aiter Flash Attention backend.", "ROCM_AITER_FA"),  # 0.14
-        ("INFO [rocm.py:262] Using Aiter Unified Attention backend.", "ROCM_AITER_UNIFIED_ATTN"),
-        ("INFO Using AITER MLA backend on V1 engine.", "ROCM_AITER_MLA"),
-        ("INFO [rocm.py:548] Using ROCM_ATTN backend out of potential backends: ['ROCM_ATTN', 'ROCM_AITER_FA'].",
+        (P + "[rocm.py:241] Using Flash Attention backend on V1 engine.", "ROCM_AITER_FA"),  # <=0.11
+        (P + "[rocm.py:245] Using Triton Attention backend on V1 engine.", "TRITON_ATTN"),
+        (P + "[rocm.py:248] Using Rocm/Aiter Attention backend on V1 engine.", "ROCM_ATTN"),  # 0.11
+        (P + "[rocm.py:253] Using Aiter Flash Attention backend.", "ROCM_AITER_FA"),  # 0.14
+        (P + "[rocm.py:262] Using Aiter Unified Attention backend.", "ROCM_AITER_UNIFIED_ATTN"),
+        (P + "[rocm.py:200] Using AITER MLA backend on V1 engine.", "ROCM_AITER_MLA"),
+        (P + "[rocm.py:548] Using ROCM_ATTN backend out of potential backends: ['ROCM_ATTN', 'ROCM_AITER_FA'].",
          "ROCM_ATTN"),  # 0.20+
-        ("INFO [rocm.py:539] Found incompatible backend(s) [TURBOQUANT] with AttentionType.DECODER. Overriding with"
+        (P + "[rocm.py:539] Found incompatible backend(s) [TURBOQUANT] with AttentionType.DECODER. Overriding with"
          " ROCM_ATTN out of potential backends: ['ROCM_ATTN', 'ROCM_AITER_FA', 'TRITON_ATTN'].", "ROCM_ATTN"),
-        ("INFO [rocm.py:494] Using ROCM_AITER_FA backend (selected via --attention-backend).", "ROCM_AITER_FA"),
-        ("INFO Using AITER Flash Attention backend for ViT model.", None),  # the encoder's, not the model's
-        ("INFO [selector.py:112] Using NHD KV cache layout for FLASH_ATTN backend.", None),
+        (P + "[rocm.py:494] Using ROCM_AITER_FA backend (selected via --attention-backend).", "ROCM_AITER_FA"),
+        # the encoder's, not the model's
+        (P + "[rocm.py:300] Using AITER Flash Attention backend for ViT model.", None),
+        (P + "[selector.py:112] Using NHD KV cache layout for FLASH_ATTN backend.", None),
     ],
 )
 def test_backend_lines(line: str, backend: str | None) -> None:
@@ -104,9 +108,10 @@ def test_eager_engine_is_judged_as_mode_none() -> None:
 
 def test_triton_attn_default_mode_on_0_33() -> None:
     got = active(KnownIssueJudge(DATA, arch="gfx942"), state_of("v0.33.0-triton-attn-default.log"))
-    # the ROCm 7.2.1 runtime row is unverified: reported (active metric, verified="false"), never alerted on
-    assert got == {"triton-attn-rocm-full-capture-fault", "rocm72-hip-graph-replay-corruption"}
-    assert not DATA.get("rocm72-hip-graph-replay-corruption").verified
+    # the unverified rows are reported (active metric, verified="false"), never alerted on; the TRITON_ATTN capture
+    # fault is scoped to the reported models (known-issues evidence_scope) and this log's model is not one: possible
+    assert got == {"rocm-capture-hang-0-19", "rocm72-hip-graph-replay-corruption"}
+    assert not any(DATA.get(i).verified for i in got)
 
 
 def test_restart_keeps_image_facts_and_resets_engine_facts() -> None:
@@ -142,4 +147,31 @@ def test_missing_data_exports_not_evaluated_and_nothing_active(tmp_path: Path, m
 def test_a_version_that_is_not_pep440_is_not_evaluated() -> None:
     st = state_of("v0.10.2-image-aiter-fa-full-fp8kv.log", {"(v0.10.2)": "(vgarbage)"})
     verdict = KnownIssueJudge(DATA).judge(st)
+    assert not verdict.ok and "no readable version" in verdict.reason
+    st = state_of("v0.10.2-image-aiter-fa-full-fp8kv.log", {"(v0.10.2)": "(v0.10.2garbage)"})
+    verdict = KnownIssueJudge(DATA).judge(st)
     assert not verdict.ok and "not a PEP 440 version" in verdict.reason
+
+
+def test_a_backend_the_log_does_not_show_is_inferred_with_the_charts_rules() -> None:
+    """0.10.2 with VLLM_ROCM_USE_AITER=1 on gfx942 picks AITER FA (the one inference the chart and the patch tool use);
+    a log without the selection line is judged on it, not left `possible`."""
+    st = state_of("v0.10.2-image-aiter-fa-full-fp8kv.log", {"Using Flash Attention backend on V1 engine.": "(gone)"})
+    assert st.engine.attention_backend == ""
+    judge = KnownIssueJudge(DATA, arch="gfx942")
+    assert judge.config(st).attention_backend == "ROCM_AITER_FA"
+    assert "aiter-fa-full-cudagraph-always" in active(judge, st)
+
+
+def test_the_models_architecture_from_the_log_decides_a_scoped_row() -> None:
+    """A row whose evidence covers some models only (evidence_scope) is active when vLLM's own `Resolved
+    architecture` line names one of them, on an arch the evidence covers; `possible` for any other model."""
+    line = "(APIServer pid=301) INFO 12-02 11:00:00 [model.py:530] Resolved architecture: {}"
+    base = (FIXTURES / "v0.33.0-triton-attn-default.log").read_text().splitlines()
+    judge = KnownIssueJudge(DATA, arch="gfx942")
+    for arch, want in (("Step3p5ForCausalLM", True), ("LlamaForCausalLM", False)):
+        st = LogState()
+        for x in [base[0], line.format(arch), *base[1:]]:
+            st.feed(x)
+        assert st.engine.architecture == arch
+        assert ("triton-attn-rocm-full-capture-fault" in active(judge, st)) is want, arch

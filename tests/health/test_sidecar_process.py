@@ -57,7 +57,7 @@ def sidecar(tmp_path: Path, fake_vllm: FailureInjectingVllmHealth) -> Iterator[t
     log = tmp_path / "vllm.log"
     log.write_text("")
     sc = SidecarProcess(["--vllm-url", fake_vllm.url, "--log-source", f"file:{log}", "--health-interval", "0.2",
-                         "--health-timeout", "0.5"], tmp_path / "sidecar.log")
+                         "--health-timeout", "0.5", "--no-canary-enabled"], tmp_path / "sidecar.log")
     yield sc, log
     assert sc.stop() == 0
 
@@ -130,7 +130,7 @@ def test_bad_flags_are_clear(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "serve", "--log-source", "syslog"],
                          capture_output=True, text=True)
     assert res.returncode == 2 and "use file:PATH, stdin, k8s or none" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "serve", "--requested-mode", "FAST"],
+    res = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "serve", "--expected-mode", "FAST"],
                          capture_output=True, text=True)
     assert res.returncode == 2 and "not a cudagraph_mode" in res.stderr
     res = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "serve", "--canary-baseline",

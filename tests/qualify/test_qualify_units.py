@@ -138,7 +138,7 @@ def test_recommendation_is_the_fastest_mode_that_passed() -> None:
 
 
 def test_report_file_has_no_infinity_and_reads_back(tmp_path: Path) -> None:
-    report = rep.finish({**rep.new({"served_model_name": "m"}), "rows": [row("NONE", canary={
+    report = rep.finish({**rep.new({"served_model_name": "m", "vllm_version": "0.32.0"}), "rows": [row("NONE", canary={
         "outcome": "pass", "reason": "", "score": 1.0, "drift": math.inf})]}, 0)
     rep.save(report, tmp_path / "r.json")
     raw = json.loads((tmp_path / "r.json").read_text())

@@ -139,3 +139,69 @@ def test_schema_refuses_breaking_a_guarantee(values: dict[str, Any], message: st
 def test_read_only_root_can_be_turned_off_for_an_image_that_needs_it() -> None:
     vllm = container(pod_spec(render({"securityContext.readOnlyRootFilesystem": False})), "vllm")
     assert vllm["securityContext"]["readOnlyRootFilesystem"] is False
+
+
+# --- sandbox weakening and the readiness bound (issue 18) ------------------------------------------------------------
+
+CONTEXTS = ["podSecurityContext", "securityContext", "sidecar.securityContext"]
+
+
+@pytest.mark.parametrize("where", CONTEXTS)
+def test_apparmor_unconfined_is_refused_like_seccomp(where: str) -> None:
+    assert f"/{where.replace('.', '/')}/appArmorProfile/type" in render_error(
+        {f"{where}.appArmorProfile": {"type": "Unconfined"}})
+    docs = render({f"{where}.appArmorProfile": {"type": "RuntimeDefault"}})
+    assert docs
+
+
+@pytest.mark.parametrize("where", CONTEXTS)
+@pytest.mark.parametrize("selinux_type", ["spc_t", "unconfined_t", "unconfined_service_t", "container_runtime_t",
+                                          "my_unconfined_t", "SPC_T"])
+def test_an_unconfined_selinux_type_is_refused(where: str, selinux_type: str) -> None:
+    err = render_error({f"{where}.seLinuxOptions": {"type": selinux_type, "level": "s0:c1,c2"}})
+    assert f"{where}.seLinuxOptions.type={selinux_type}: an unconfined SELinux domain" in err, err
+
+
+@pytest.mark.parametrize("where", CONTEXTS)
+def test_a_confined_selinux_type_renders(where: str) -> None:
+    assert render({f"{where}.seLinuxOptions": {"type": "container_t", "level": "s0:c1,c2"}})
+
+
+@pytest.mark.parametrize("key", ["container.apparmor.security.beta.kubernetes.io/vllm",
+                                 "container.apparmor.security.beta.kubernetes.io/health",
+                                 "seccomp.security.alpha.kubernetes.io/pod",
+                                 "container.seccomp.security.alpha.kubernetes.io/vllm"])
+@pytest.mark.parametrize("multinode", [False, True])
+def test_the_unconfined_annotations_are_refused(key: str, multinode: bool) -> None:
+    extra = {"multiNode.enabled": True, "tensorParallelSize": 8} if multinode else {}
+    err = render_error({**extra, "podAnnotations": {key: "unconfined"}})
+    assert f"podAnnotations {key}=unconfined" in err, err
+    # A confined profile is fine, and reaches every server pod (the LeaderWorkerSet's leader and workers too).
+    docs = render({**extra, "podAnnotations": {key: "runtime/default"}})
+    workload = next(d for d in docs if d["kind"] in ("Deployment", "LeaderWorkerSet"))["spec"]
+    templates = ([workload["template"]] if "template" in workload else
+                 [workload["leaderWorkerTemplate"][r] for r in ("leaderTemplate", "workerTemplate")])
+    for template in templates:
+        assert template["metadata"]["annotations"][key] == "runtime/default"
+
+
+@pytest.mark.parametrize("readiness,refused", [
+    ({"periodSeconds": 10, "failureThreshold": 3}, False),
+    ({"periodSeconds": 100, "failureThreshold": 3}, False),              # 300 s: the bound
+    ({"periodSeconds": 10, "failureThreshold": 31}, True),               # 310 s
+    ({"periodSeconds": 300, "failureThreshold": 2}, True),
+    ({"periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 60}, True),  # each probe may take 60 s
+    ({"periodSeconds": 60, "failureThreshold": 5, "timeoutSeconds": 60}, False),
+])
+def test_readiness_reacts_within_five_minutes(readiness: dict[str, int], refused: bool) -> None:
+    values = {f"probes.readiness.{k}": v for k, v in readiness.items()}
+    if refused:
+        assert "probes.readiness: failureThreshold * max(periodSeconds, timeoutSeconds)" in render_error(values)
+    else:
+        probe = container(pod_spec(render(values)), "health")["readinessProbe"]
+        assert all(probe[k] == v for k, v in readiness.items())
+
+
+@pytest.mark.parametrize("key", ["periodSeconds", "failureThreshold", "timeoutSeconds"])
+def test_the_schema_bounds_each_readiness_field(key: str) -> None:
+    assert f"/probes/readiness/{key}" in render_error({f"probes.readiness.{key}": 86400})

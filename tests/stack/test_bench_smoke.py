@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.canary import CanaryTiming
 from tests.support.vllm_server import VllmServer
 
 SMALL = ["--lines", "20000", "--load-lines", "4000", "--reps", "1", "--idle-seconds", "1"]
@@ -31,11 +32,15 @@ def test_bench_smoke_without_vllm(tmp_path: Path) -> None:
 
 
 @pytest.mark.live
+@pytest.mark.timeout(0)  # bounded by the subprocess timeout below, which follows the measured canary run
 def test_bench_smoke_on_the_real_servers(tmp_path: Path, vllm_server: VllmServer,
-                                         vllm_perturbed_server: VllmServer) -> None:
+                                         vllm_perturbed_server: VllmServer, canary_timing: CanaryTiming) -> None:
+    # The bench records two baselines and runs about a dozen canary runs besides its fixed windows: 300 s when a
+    # run takes a few seconds, proportionally more on a busy machine (a run took 20 s on a loaded CI machine).
+    limit = 300 + 30 * canary_timing.run
     r, stdout = bench(tmp_path / "r.json", "--vllm-url", vllm_server.base_url, "--bad-vllm-url",
                       vllm_perturbed_server.base_url, "--window", "6", "--load-runs", "1", "--flip-interval", "3",
-                      "--flip-reps", "1", "--hours", "0.25", "--hours-interval", "1", timeout=300)
+                      "--flip-reps", "1", "--hours", "0.25", "--hours-interval", "1", timeout=limit)
     load, flip, hours = r["live"]["load"], r["live"]["flip"], r["live"]["hours"]
     assert load["outcomes"] == ["pass"] and load["load_requests"] > 0 and load["load_errors"] == 0
     assert 0 < load["token_share"] < 1 and load["canary_requests_per_run"] <= 16  # max_requests bounds it

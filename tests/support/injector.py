@@ -28,6 +28,7 @@ class CanaryAnswerer:
         self.overrides: dict[str, tuple[int, Any]] = {}
         self.seen: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.drip: set[str] = set()  # kinds answered one byte per second (HTTP server only): a stalled answer
+        self.health_status = 200  # what /health answers (HTTP server only): a /health outage on cue
         self._lock = threading.Lock()
 
     def override(self, kind: str, status: int, body: Any) -> None:
@@ -53,12 +54,13 @@ class CanaryAnswerer:
         usage = {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
         if body.get("echo"):
             i = fingerprint.REFERENCE_TEXTS.index(prompt)
-            choice = {"text": prompt, "logprobs": {"token_logprobs": list(self.baseline.fingerprints[i])}}
+            choice = {"index": 0, "text": prompt, "logprobs": {"token_logprobs": list(self.baseline.fingerprints[i])}}
             return "fingerprint", (200, {"choices": [choice], "usage": usage})
         m = _SUM.search(prompt)
+        kind = "long" if prompt.startswith(problems.LONG_TEXT) else "problem"
         if m:
-            return "problem", (200, {"choices": [{"text": f" {int(m[1]) + int(m[2])}"}], "usage": usage})
-        return "long", (200, {"choices": [{"text": " and so on"}], "usage": usage})
+            return kind, (200, {"choices": [{"index": 0, "text": f" {int(m[1]) + int(m[2])}"}], "usage": usage})
+        return kind, (200, {"choices": [{"index": 0, "text": " and so on"}], "usage": usage})
 
     def transport(self) -> httpx.MockTransport:
         def handle(request: httpx.Request) -> httpx.Response:
@@ -70,7 +72,7 @@ class CanaryAnswerer:
 
 
 class AnswererServer:
-    """The answerer over real HTTP on 127.0.0.1, with vLLM's /health (always 200) for the sidecar's poller."""
+    """The answerer over real HTTP on 127.0.0.1, with vLLM's /health (`health_status`) for the sidecar's poller."""
 
     def __init__(self, answerer: CanaryAnswerer) -> None:
         outer = answerer
@@ -79,7 +81,7 @@ class AnswererServer:
             def _reply(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/health":
-                    kind, status, data = "health", 200, None
+                    kind, status, data = "health", outer.health_status, None
                 else:
                     raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                     kind, status, data = outer.answer(self.command, path, json.loads(raw) if raw else None)

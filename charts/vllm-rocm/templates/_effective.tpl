@@ -2,7 +2,7 @@
 The effective compilation settings: what vLLM will actually read, computed in one place from the typed values
 (compilation.*, enforceEager, attentionBackend, aiter.*, speculativeConfig, kvCacheDtype, maxNumSeqs,
 tensorParallelSize) with the meaning the deployed release gives them. Returns JSON; consumers use
-`include "vllm-rocm.effective" . | fromJson` (the guard, the sidecar's --requested-mode, NOTES, the pod annotation).
+`include "vllm-rocm.effective" . | fromJson` (the guard, the sidecar's --expected-mode, NOTES, the pod annotation).
 
 Keys: release/releaseMinor/releasePatch, patched, requestedMode (compilation.cudagraphMode, or the qualification report's mode: _qualification.tpl), configMode (the
 cudagraph_mode vLLM's config holds once its own config rules ran: what its log line shows), mode (the graph
@@ -11,8 +11,8 @@ they differ), eager, compileMode (0-3; 3 = VLLM_COMPILE / level 3) and compileMo
 attentionInPiecewiseGraphs, captureSizes, maxCaptureSize, attentionBackend, aiterFA, aiter, kvCacheDtype,
 speculative, numSpeculativeTokens, maxNumSeqs, tensorParallelSize, compilationConfig (the --compilation-config map),
 the facts the known-issues guard judges ("" = unknown to the chart; templates/_known_issues.tpl): backend and
-backendFrom (attentionBackend, or vLLM's automatic choice up to 0.18), rocmVersion, gpuArch, quantization,
-speculativeMethod, vllmEnv (the VLLM_ROCM_* variables the container sets) and vllmEnvUnknown (those from valueFrom),
+backendFrom (attentionBackend, or vLLM's automatic choice up to 0.18: _known_issues.tpl vllm-rocm.attentionBackend), rocmVersion, gpuArch, quantization,
+speculativeMethod, vllmEnv (the VLLM_* variables the container sets) and vllmEnvUnknown (those from valueFrom),
 and refusals: every value, extraArgs/vllm.command item or extraEnv variable that would make vLLM read something
 else than these (the guard fails on any).
 
@@ -142,7 +142,8 @@ Release facts used here (each re-derived from the released files by tests/charts
 {{- end -}}
 
 {{- /* Anything outside the typed values that would set these behind the guard's back. */ -}}
-{{- range $i, $a := $v.vllm.command -}}
+{{- /* A wrapper's items are not vLLM's (templates/_command.tpl); its vLLM arguments are still judged. */ -}}
+{{- range $i, $a := ternary (list) $v.vllm.command (eq (toString $v.vllm.commandIsWrapper) "true") -}}
 {{- with include "vllm-rocm.argRefusal" (dict "arg" (toString $a) "data" $data) -}}
 {{- $refusals = append $refusals (printf "vllm.command[%d] %q %s" $i (toString $a) .) -}}
 {{- end -}}
@@ -159,30 +160,15 @@ Release facts used here (each re-derived from the released files by tests/charts
 {{- end -}}
 
 {{- $spec := default dict $v.speculativeConfig -}}
-{{- $aiterFA := or (eq $v.attentionBackend "ROCM_AITER_FA") (and (not $v.attentionBackend) $v.aiter.enabled $v.aiter.mha (semverCompare "<0.20.0-0" $rel)) -}}
-
 {{- /* The facts the known-issues guard judges (templates/_known_issues.tpl); "" = the chart does not know it. */ -}}
 {{- $arch := lower (trim (first (splitList ":" (toString $v.rocm.gpuArch)))) -}}
-{{- $backend := toString $v.attentionBackend -}}
-{{- $backendFrom := "attentionBackend" -}}
-{{- if not $backend -}}
-{{- if semverCompare "<0.19.0-0" $rel -}}
-{{- /* platforms/rocm.py up to 0.18: AITER FA when VLLM_ROCM_USE_AITER and VLLM_ROCM_USE_AITER_MHA on a gfx9 GPU
-(gfx90a, gfx942, gfx950; an unknown arch is taken for one: the chart targets Instinct GPUs), else TRITON_ATTN. */ -}}
-{{- $gfx9 := or (not $arch) (has $arch (list "gfx90a" "gfx942" "gfx950")) -}}
-{{- $backend = ternary "ROCM_AITER_FA" "TRITON_ATTN" (and $v.aiter.enabled $v.aiter.mha $gfx9) -}}
-{{- $backendFrom = printf "vLLM %s's automatic choice for a model with standard attention (%s)" $patch (ternary "aiter.enabled and aiter.mha on a gfx9 GPU" "AITER MHA off or not a gfx9 GPU" (eq $backend "ROCM_AITER_FA")) -}}
-{{- else -}}
-{{- $backendFrom = printf "unknown: from 0.19 vLLM picks the first backend of its priority list that accepts the model and kv-cache; set attentionBackend" -}}
-{{- end -}}
-{{- end -}}
 {{- $specMethod := "none" -}}
 {{- if $spec -}}{{- $specMethod = lower (toString (default "" (index $spec "method"))) -}}{{- end -}}
 {{- $env := dict "VLLM_ROCM_USE_AITER" (ternary "1" "0" $v.aiter.enabled) "VLLM_ROCM_USE_AITER_MHA" (ternary "1" "0" $v.aiter.mha) -}}
 {{- $envUnknown := list -}}
 {{- range $e := $v.extraEnv -}}
 {{- $name := toString $e.name -}}
-{{- if hasPrefix "VLLM_ROCM_" $name -}}
+{{- if hasPrefix "VLLM_" $name -}}
 {{- if hasKey $e "valueFrom" -}}
 {{- $_ := unset $env $name -}}
 {{- $envUnknown = append $envUnknown $name -}}
@@ -192,6 +178,12 @@ Release facts used here (each re-derived from the released files by tests/charts
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* vLLM's attention backend: attentionBackend, or its automatic choice (known_issues.infer_attention_backend). */ -}}
+{{- $inferred := include "vllm-rocm.attentionBackend" (dict "version" (include "vllm-rocm.pep440Parse" (toString $v.vllm.release) | fromJson) "arch" $arch "env" $env "explicit" $v.attentionBackend) | fromJson -}}
+{{- $backend := $inferred.name -}}
+{{- $backendFrom := $inferred.from -}}
+{{- /* AITER FA, or possibly AITER FA when the choice is unknown and AITER MHA is on (the spec-decode rule, _helpers.tpl). */ -}}
+{{- $aiterFA := or (eq $backend "ROCM_AITER_FA") (and (not $backend) $v.aiter.enabled $v.aiter.mha (semverCompare "<0.20.0-0" $rel)) -}}
 {{- $eff := dict
   "release" (toString $v.vllm.release) "releaseMinor" $rel "releasePatch" $patch "patched" $v.vllm.patched
   "requestedMode" $requested "configMode" $config "mode" $mode "modeChanges" $changes
@@ -221,6 +213,8 @@ vllm-rocm/effective-settings: {{ toJson $e | quote }}
 {{- define "vllm-rocm.settingsData" -}}
 {{- $text := .Files.Get "files/vllm-settings.yaml" -}}
 {{- if not $text -}}{{- fail "files/vllm-settings.yaml is missing from the chart" -}}{{- end -}}
+{{- /* A file that does not parse would leave every list empty and the guard refusing nothing. */ -}}
+{{- with (fromYaml $text).Error -}}{{- fail (printf "files/vllm-settings.yaml does not parse: %s" .) -}}{{- end -}}
 {{- $text -}}
 {{- end -}}
 

@@ -125,8 +125,12 @@ UNIFORM_SINGLE_TOKEN_DECODE (FULL is downgraded, spec decode falls back to PIECE
 two are rows of the data; spec decode on AITER FA (vllm#31625, and the unverified 0.10.x row) stays a rule here. */}}
 {{- define "vllm-rocm.validate" -}}
 {{- $e := include "vllm-rocm.effective" . | fromJson -}}
-{{- with $e.refusals -}}
-{{- fail (printf "the chart refuses these values (every compilation and CUDA-graph setting goes through the typed values, which the chart's guard judges; see the chart README, \"CUDA graphs and compilation\"):\n  - %s" (join "\n  - " .)) -}}
+{{- $refusals := $e.refusals -}}
+{{- range $more := list "vllm-rocm.commandRefusals" "vllm-rocm.kubeletRefusals" "vllm-rocm.sidecarRefusals" "vllm-rocm.podRefusals" -}}
+{{- $refusals = concat $refusals (include $more $ | fromJsonArray) -}}
+{{- end -}}
+{{- with $refusals -}}
+{{- fail (printf "the chart refuses these values (every compilation and CUDA-graph setting goes through the typed values, which the chart's guard judges, and nothing may rewrite, wrap or loosen what it judged; see the chart README, \"CUDA graphs and compilation\" and \"What the sidecar is told\"):\n  - %s" (join "\n  - " .)) -}}
 {{- end -}}
 {{- $rel := $e.releaseMinor -}}
 {{- $mode := $e.mode -}}
@@ -171,6 +175,13 @@ two are rows of the data; spec decode on AITER FA (vllm#31625, and the unverifie
 {{- end -}}
 {{- if and .Values.autoscaling.hpa.enabled .Values.autoscaling.keda.enabled -}}
 {{- fail "enable only one of autoscaling.hpa and autoscaling.keda (both would fight over the replica count)" -}}
+{{- end -}}
+{{- with include "vllm-rocm.qualificationConfigModeProblem" . -}}
+{{- fail (printf "qualification: %s" .) -}}
+{{- end -}}
+{{- /* Last: with everything else in order, the accuracy gate (templates/_sidecar.tpl). */ -}}
+{{- with (include "vllm-rocm.accuracyReference" . | fromJson).problem -}}
+{{- fail . -}}
 {{- end -}}
 {{- end -}}
 
@@ -306,56 +317,12 @@ so these volumes are all it can write to. */}}
 {{- toYaml $res -}}
 {{- end -}}
 
-{{- define "vllm-rocm.canaryConfigMap" -}}
-{{- if .Values.canary.existingConfigMap -}}
-{{- .Values.canary.existingConfigMap -}}
-{{- else if include "vllm-rocm.canaryBaseline" . -}}
-{{- printf "%s-canary" (include "vllm-rocm.fullname" .) -}}
-{{- end -}}
-{{- end -}}
-
-{{/* Optional sidecar settings (0 = the sidecar's default): value name -> flag of `vllm-rocm-health serve`. */}}
-{{- define "vllm-rocm.sidecarFlags" -}}
-canaryTimeout: --canary-timeout
-canaryMaxAgeIntervals: --canary-max-age-intervals
-canaryMaxTokens: --canary-max-tokens
-healthInterval: --health-interval
-{{- end -}}
-
 {{- define "vllm-rocm.sidecar" -}}
 - name: health
   image: {{ include "vllm-rocm.sidecarImage" . | quote }}
   imagePullPolicy: {{ .Values.sidecar.image.pullPolicy }}
   args:
-    - "serve"
-    - "--log-source"
-    - "k8s"
-    - "--k8s-container"
-    - "vllm"
-    - "--vllm-url"
-    - {{ printf "http://127.0.0.1:%v" .Values.vllm.port | quote }}
-    - "--listen"
-    - {{ printf "0.0.0.0:%v" .Values.sidecar.port | quote }}
-    - "--model"
-    - {{ include "vllm-rocm.servedName" . | quote }}
-    - "--requested-mode"
-    - {{ (include "vllm-rocm.effective" . | fromJson).configMode | quote }}
-    - "--canary-interval"
-    - {{ .Values.sidecar.canaryInterval | quote }}
-    {{- range $key, $flag := include "vllm-rocm.sidecarFlags" . | fromYaml }}
-    {{- $v := index $.Values.sidecar $key }}
-    {{- if gt (float64 $v) 0.0 }}
-    - {{ $flag | quote }}
-    - {{ $v | quote }}
-    {{- end }}
-    {{- end }}
-    {{- if include "vllm-rocm.canaryConfigMap" . }}
-    - "--canary-baseline"
-    - {{ printf "%s/%s" .Values.canary.mountPath .Values.canary.key | quote }}
-    {{- end }}
-    {{- range .Values.sidecar.extraArgs }}
-    - {{ . | quote }}
-    {{- end }}
+    {{- include "vllm-rocm.sidecarArgs" . | fromJsonArray | toYaml | nindent 4 }}
   env:
     - name: POD_NAME
       valueFrom:
@@ -381,7 +348,8 @@ healthInterval: --health-interval
     - name: health
       containerPort: {{ .Values.sidecar.port }}
       protocol: TCP
-  # Pod readiness = the sidecar's /readyz: capture finished (or eager) AND the latest canary passed.
+  # Pod readiness = the sidecar's /readyz: capture finished (or eager), vLLM runs the expected mode, no active known
+  # issue, AND a canary pass on the current engine instance (unless canary.enabled=false).
   # It lives on this container because a named probe port resolves against the probed container's own ports.
   readinessProbe:
     httpGet:
@@ -407,8 +375,9 @@ healthInterval: --health-interval
     - name: kube-api-access
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
-    {{- if include "vllm-rocm.canaryConfigMap" . }}
-    - name: canary-baseline
+    {{- if (include "vllm-rocm.accuracyReference" . | fromJson).configMap }}
+    # The canary's accuracy reference: the baseline, or the qualification report that carries one.
+    - name: canary-reference
       mountPath: {{ .Values.canary.mountPath | quote }}
       readOnly: true
     {{- end }}
@@ -469,8 +438,8 @@ healthInterval: --health-interval
   persistentVolumeClaim:
     claimName: {{ default (printf "%s-compile-cache" (include "vllm-rocm.fullname" .)) .Values.compileCache.existingClaim }}
 {{- end }}
-{{- with include "vllm-rocm.canaryConfigMap" . }}
-- name: canary-baseline
+{{- with (include "vllm-rocm.accuracyReference" . | fromJson).configMap }}
+- name: canary-reference
   configMap:
     name: {{ . }}
 {{- end }}

@@ -6,14 +6,17 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 
-from . import k8s_logs, logsource, readiness
+from . import k8s_logs, logparse, logsource, qualification, readiness
 from .canary import CanaryResult, CanaryRunner
-from .config import SidecarConfig
+from .canary.baseline import Baseline
+from .config import SidecarConfig, allow_list
 from .events import EventPoster
 from .http_server import serve
+from .known_issues import KnownIssueJudge
 from .metrics import SidecarStatus, WorkerCollector, make_registry
 from .state import LogState
 from .workers import Supervisor, Worker
@@ -22,18 +25,55 @@ log = logging.getLogger(__name__)
 
 
 class Sidecar:
-    def __init__(self, cfg: SidecarConfig, event_poster: EventPoster | None = None) -> None:
+    def __init__(self, cfg: SidecarConfig, event_poster: EventPoster | None = None,
+                 judge: KnownIssueJudge | None = None) -> None:
         self.cfg = cfg
         self.stop = threading.Event()
-        self.status = SidecarStatus(LogState(requested_hint=cfg.requested_mode))
-        self.registry = make_registry(self.status)
-        self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None)
+        self.status = SidecarStatus(LogState())
+        # The known issues are judged on every readiness decision: data that cannot be read is a start error.
+        self.judge = judge if judge is not None else KnownIssueJudge()
+        if self.judge.error:
+            raise RuntimeError(f"known issues: {self.judge.error}")
+        self.allow = allow_list(cfg)
+        unknown = self.judge.unknown_ids(self.allow)
+        if unknown:
+            raise RuntimeError(f"--allow-known-issues: {', '.join(unknown)} not in the known-issues data")
+        report_baseline, self.failed_modes = self._qualification()
+        self.registry = make_registry(self.status, self.judge)
+        self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None,
+                                   baseline=report_baseline)
+        # The engine instance the last canary pass was measured on; a pass on an older one does not count.
+        self.canary_pass_instance: int | None = None
+        self.canary_wake = threading.Event()  # a new engine instance: run the canary now, not at the interval
+        self._instance_seen = 0
         self.events = event_poster or EventPoster.from_environment(enabled=cfg.events)
         self._last = {"failed": False, "downgraded": False, "canary": None}
         self._slow_runs = 0  # consecutive canary runs that found the server slow (back-off exponent)
         self.supervisor = Supervisor(self._workers(), self.stop)
         self.registry.register(WorkerCollector(self.supervisor.statuses))
         self.http = None
+
+    def _qualification(self) -> tuple[Baseline | None, frozenset[str]]:
+        """The baseline a qualification report carries (when no --canary-baseline is given) and the modes it failed.
+        Read with the same rules as `qualification apply`; a report that refuses the expected mode stops the start."""
+        path = self.cfg.qualification
+        if not path:
+            return None, frozenset()
+        try:
+            report = qualification.load(Path(path))
+            if self.cfg.expected_mode:
+                report.choose_mode(self.cfg.expected_mode)
+            report.check_served_model(self.cfg.model)
+        except qualification.QualificationError as e:
+            raise RuntimeError(f"--qualification: {e}") from e
+        failed = frozenset(r["mode"] for r in report.rows if r["verdict"] != "pass")
+        base = None
+        if self.cfg.canary.enabled and not self.cfg.canary.baseline:
+            if report.baseline is None:
+                raise RuntimeError(f"--qualification {path}: the report carries no canary baseline; pass "
+                                   "--canary-baseline")
+            base = Baseline.from_raw(report.baseline, f"--qualification {path}: baseline")
+        return base, failed
 
     def _workers(self) -> list[Worker]:
         """Every loop of the sidecar, with how long it may go without progress before it counts as stuck."""
@@ -53,27 +93,53 @@ class Sidecar:
 
     # -- the log ----------------------------------------------------------------------------------------
     def on_line(self, line: str) -> None:
+        # Parsed outside the lock: /readyz and /metrics take it, and must never wait for a long line.
+        parsed, events = logparse.parse(line)
         with self.status.lock:
             self.status.log_lines += 1
+            if parsed is None:
+                return
             before = self.status.log.engines_seen
-            events = self.status.log.feed(line)
+            self.status.log.feed_parsed(parsed, events)
             if self.status.log.engines_seen != before:
                 self.status.engine_start_time = time.time()
+        self._check_instance()
         if events:  # most lines carry nothing: skip the readiness/transition work for them
             self._transitions()
+
+    def new_instance(self, reason: str) -> None:
+        """Something the log cannot show made the server a different one (a /health outage, a lost log during
+        start): a canary pass measured before it does not vouch for what answers now."""
+        with self.status.lock:
+            self.status.log.new_instance(reason)
+        self._check_instance()
+
+    def _check_instance(self) -> None:
+        with self.status.lock:
+            instance, reason = self.status.log.instance, self.status.log.instance_reason
+        if instance != self._instance_seen:
+            self._instance_seen = instance
+            log.info("engine instance %d: %s", instance, reason)
+            self.canary_wake.set()
+            self.update_readiness()
 
     def on_container_restart(self) -> None:
         with self.status.lock:
             self.status.log.restart(container=True)
             self.status.engine_start_time = time.time()
         log.warning("the vLLM container restarted")
+        self._check_instance()
 
     def _set_source_up(self, up: bool, reason: str = "") -> None:
         with self.status.lock:
             changed = (up, reason) != (self.status.log_source_up, self.status.log_source_reason)
+            lost = self.status.log_source_up and not up
+            starting = self.status.log.engines_seen and not self.status.log.engine.capture_finished
             self.status.log_source_up, self.status.log_source_reason = up, reason
         if changed and not up and reason:
             log.warning("log source down: %s", reason)  # once per change, not once per poll
+        if lost and starting:
+            self.new_instance(f"the log was lost while the engine started ({reason or 'source down'})")
 
     def _lines(self, worker: Worker) -> Iterator[str]:
         src = self.cfg.log_source
@@ -95,7 +161,7 @@ class Sidecar:
             # A restarted follower reads the log again from where the first one began: start from a clean state
             # rather than count the same engine twice.
             with self.status.lock:
-                self.status.log = LogState(requested_hint=self.cfg.requested_mode)
+                self.status.log = LogState()
         try:
             for line in self._lines(worker):
                 worker.beat()
@@ -120,7 +186,10 @@ class Sidecar:
         with self.status.lock:
             if ok != self.status.server_healthy:
                 log.info("vLLM /health: %s", "ok" if ok else "failing")
+            outage = self.status.server_healthy is True and not ok
             self.status.server_healthy = ok
+        if outage:
+            self.new_instance("vLLM /health failed")
         self.update_readiness()
 
     def _poll_health(self, worker: Worker) -> None:
@@ -135,13 +204,19 @@ class Sidecar:
         workers = self.supervisor.statuses()
         canary = self.canary
         with self.status.lock:
+            state = self.status.log
+            ki_error, blocking = self.judge.blocking(state, self.allow)
             v = readiness.decide(readiness.Inputs(
                 engine=self.status.log.engine, server_healthy=self.status.server_healthy,
                 capture_gate=self.cfg.log_source != "none", log_source_up=self.status.log_source_up,
                 log_source_reason=self.status.log_source_reason, workers=workers,
                 canary_enabled=canary.enabled, canary_passing=canary.passing, canary_reason=canary.last_reason,
                 canary_pass_age=time.monotonic() - canary.last_pass if canary.last_pass else None,
-                canary_max_age=self.cfg.canary.max_pass_age))
+                canary_max_age=self.cfg.canary.max_pass_age,
+                engine_seen=bool(state.engines_seen), instance=state.instance,
+                instance_reason=state.instance_reason, canary_pass_instance=self.canary_pass_instance,
+                expected_mode=self.cfg.expected_mode, failed_modes=self.failed_modes,
+                known_issues_error=ki_error, blocking_issues=tuple(blocking)))
             if (v.ready, v.message) != (self.status.ready, self.status.ready_reason):
                 log.info("readiness: %s (%s)", "ready" if v.ready else "not ready", v.message)
             self.status.ready, self.status.ready_reason, self.status.ready_code = v.ready, v.message, v.code
@@ -174,15 +249,31 @@ class Sidecar:
         self._slow_runs = 0
         return min(interval, 10.0) if result.outcome == "error" else interval
 
+    def _canary_may_ask(self) -> bool:
+        """vLLM answers /health and its graphs are captured (or it runs without them): asking earlier only
+        measures a server that is not the one that will serve."""
+        with self.status.lock:
+            e = self.status.log.engine
+            captured = self.cfg.log_source == "none" or e.capture_finished or e.runs_without_graphs
+            return bool(self.status.server_healthy) and captured and not e.failures
+
     def _run_canary(self, worker: Worker) -> None:
         while not self.stop.is_set():
-            # Asking a server that is still starting only produces errors: wait for /health first.
-            while not self.stop.is_set() and not self.status.server_healthy:
+            while not self.stop.is_set() and not self._canary_may_ask():
                 worker.beat()
                 self.stop.wait(1.0)
             worker.beat()
+            self.canary_wake.clear()
+            with self.status.lock:
+                instance = self.status.log.instance
             started = time.monotonic()
             result = self.canary.run_once()  # never raises: a crash inside is an `error` outcome
+            with self.status.lock:
+                same = self.status.log.instance == instance
+            if result.outcome == "pass" and same:
+                self.canary_pass_instance = instance
+            elif result.outcome == "pass":
+                log.warning("canary pass discarded: the engine instance changed during the run")
             passing = self.canary.passing
             if passing is False and self._last["canary"] is not False:
                 self.events.post("CanaryFailed", self.canary.last_reason, warning=True)
@@ -194,16 +285,21 @@ class Sidecar:
             while not self.stop.is_set():
                 worker.beat()
                 left = started + period - time.monotonic()
-                if left <= 0:
+                if left <= 0 or (self.canary_wake.is_set() and not self._slow_runs):
+                    # Due, or a new engine instance whose pass must come now; but a server the last run found slow
+                    # keeps its back-off (it stays not ready meanwhile: the old pass no longer counts).
                     break
-                self.stop.wait(min(left, 5.0))
+                self.canary_wake.wait(min(left, 5.0))
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
+        if not self.canary.enabled:
+            log.warning("the accuracy canary is switched off (--no-canary-enabled): wrong tokens with HTTP 200 will "
+                        "NOT be caught; vllm_canary_configured is 0 and VllmCanaryNotConfigured fires")
         self.http = serve(self.cfg.listen_addr, self.registry, self.update_readiness)
         log.info("listening on %s:%d (pid %d); vLLM %s; log source %s; canary %s", *self.cfg.listen_addr, os.getpid(),
                  self.cfg.vllm_url, self.cfg.log_source,
-                 f"every {self.cfg.canary.interval:.0f} s" if self.canary.enabled else "off (no baseline)")
+                 f"every {self.cfg.canary.interval:.0f} s" if self.canary.enabled else "OFF")
         self.supervisor.start()
 
     def shutdown(self) -> None:
@@ -212,4 +308,7 @@ class Sidecar:
             self.http.shutdown()
             self.http.server_close()
         self.supervisor.join(timeout=5.0)
-        self.canary.close()
+        # A canary run still in flight holds the client: closing it under the run blocks until its requests time
+        # out (up to --canary-timeout). The process is exiting; its connections close with it.
+        if not any(w.alive() for w in self.supervisor.workers if w.name == "canary"):
+            self.canary.close()

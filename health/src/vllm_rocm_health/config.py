@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import httpx
 
 from . import logsource
 from .canary.config import CanaryConfig
+from .logparse import MODES
 
 ENV_PREFIX = "VLLM_HEALTH_"
 # Short spellings docs/contracts.md promises (`--baseline FILE`) next to the generated `--canary-baseline`.
-FLAG_ALIASES: dict[str, tuple[str, ...]] = {"canary_baseline": ("--baseline",)}
+# `--requested-mode` is the name before 0.2 (same meaning; deprecated).
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"canary_baseline": ("--baseline",), "expected_mode": ("--requested-mode",)}
 
 
 @dataclass
@@ -28,8 +31,15 @@ class SidecarConfig:
                 "container of this pod, via POD_NAME/POD_NAMESPACE), or none"})
     log_from_start: bool = field(default=True, metadata={"help": "read a log file from its start (else from its end)"})
     k8s_container: str = field(default="vllm", metadata={"help": "container whose log the k8s source follows"})
-    requested_mode: str = field(default="", metadata={
-        "help": "the cudagraph_mode the operator asked for, used when the log does not say"})
+    expected_mode: str = field(default="", metadata={
+        "help": "the cudagraph_mode the deployment asked vLLM for (the chart passes it): when vLLM's own engine "
+                "config line shows another one, /readyz is 503 (mode_mismatch). Empty: not checked"})
+    qualification: Optional[str] = field(default=None, metadata={  # noqa: UP045 - the flag generator reads Optional
+        "help": "a `qualify` report: its baseline (unless --canary-baseline is given) and the modes it failed "
+                "(running one of them is 503, mode_failed_qualification)"})
+    allow_known_issues: str = field(default="", metadata={
+        "help": "comma-separated known-issue ids accepted on purpose (the chart's allowKnownIssues); any other "
+                "verified wrong-tokens or crash issue active on the running engine makes /readyz 503"})
     model: str = field(default="", metadata={"help": "served model name (default: the first of /v1/models)"})
     health_interval: float = field(default=5.0, metadata={
         "help": "seconds between polls of vLLM /health", "range": (0.1, 3600.0)})
@@ -57,9 +67,10 @@ def _parse_bool(v: str) -> bool:
     s = str(v).strip().lower()
     if s in ("1", "true", "yes", "on"):
         return True
-    if s in ("0", "false", "no", "off", ""):
+    if s in ("0", "false", "no", "off"):
         return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {v!r}")
+    # An empty value (`VAR=` or compose's `${UNSET:-}`) says nothing: reading it as false would switch a check off.
+    raise argparse.ArgumentTypeError(f"not a boolean: {v!r} (say true or false)")
 
 
 def _fields(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, type]]:
@@ -148,6 +159,13 @@ def check_url(url: str) -> None:
         raise ValueError(f"--vllm-url {url!r}: port {port} out of range")
 
 
+_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
+
+
+def allow_list(cfg: SidecarConfig) -> tuple[str, ...]:
+    return tuple(sorted({i.strip() for i in cfg.allow_known_issues.split(",") if i.strip()}))
+
+
 def validate(cfg: SidecarConfig) -> None:
     src = cfg.log_source
     if not (src in ("stdin", "k8s", "none") or (src.startswith("file:") and len(src) > 5)):
@@ -163,11 +181,29 @@ def validate(cfg: SidecarConfig) -> None:
     if not 0 <= port < 65536:
         raise ValueError(f"--listen {cfg.listen!r}: port out of range")
     check_url(cfg.vllm_url)
-    if cfg.requested_mode and cfg.requested_mode not in ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
-                                                         "FULL_AND_PIECEWISE"):
-        raise ValueError(f"--requested-mode {cfg.requested_mode!r}: not a cudagraph_mode")
+    if cfg.expected_mode and cfg.expected_mode not in MODES:
+        raise ValueError(f"--expected-mode {cfg.expected_mode!r}: not a cudagraph_mode ({', '.join(MODES)})")
+    if cfg.expected_mode and src == "none":
+        raise ValueError("--expected-mode needs a log source: vLLM's own log is where the running mode is read")
     if cfg.log_format not in ("text", "json"):
         raise ValueError(f"--log-format {cfg.log_format!r}: text or json")
     if cfg.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ValueError(f"--log-level {cfg.log_level!r}: DEBUG, INFO, WARNING, ERROR or CRITICAL")
     check_ranges(cfg)
+    c = cfg.canary
+    if c.enabled and not (c.baseline or cfg.qualification):
+        raise ValueError(
+            "no accuracy reference: the canary needs a baseline of answers a known-good server gave. Record one with "
+            "`vllm-rocm-health baseline record --out baseline.json` and pass --canary-baseline baseline.json, or pass "
+            "a qualification report (--qualification report.json, from `vllm-rocm-stack qualify run`). To run "
+            "without the canary, say so with --no-canary-enabled: wrong tokens will then NOT be caught. (As "
+            "environment variables: VLLM_HEALTH_CANARY_BASELINE, VLLM_HEALTH_QUALIFICATION or "
+            "VLLM_HEALTH_CANARY_ENABLED=false; with compose, the overlays compose.baseline.yaml, "
+            "compose.qualified.yaml or compose.no-canary.yaml, see docker/README.md)")
+    if not c.enabled and c.baseline:
+        raise ValueError("--no-canary-enabled with --canary-baseline: say one or the other")
+    if cfg.qualification and not os.path.isfile(cfg.qualification):
+        raise ValueError(f"--qualification {cfg.qualification!r}: no such file")
+    for iid in allow_list(cfg):
+        if not _ID.fullmatch(iid):
+            raise ValueError(f"--allow-known-issues: {iid!r} is not a known-issue id")

@@ -65,12 +65,20 @@ class KnownIssueJudge:
         facts = state.image_facts
         mode = "NONE" if e.runs_without_graphs else (e.effective if e.effective in ki.MODES else None)
         env = facts.get("env")
+        env = dict(env) if isinstance(env, dict) else None
+        arch = self.arch or facts.get("arch") or None
+        # The backend the log shows, in the evaluator's one spelling; when the log did not show it, the release's own
+        # selection rules (the same inference the chart and the patch tool use) from the image's environment.
+        if e.attention_backend:
+            backend: str | None = ki.canonical_attention_backend(e.attention_backend)
+        else:
+            backend = ki.infer_attention_backend(e.version or None, e.platform or "rocm", arch, env)
         return ki.Config(
             release=e.version or None,
             rocm=self.rocm or facts.get("rocm") or None,
-            arch=self.arch or facts.get("arch") or None,
-            attention_backend=e.attention_backend or None,
-            env=dict(env) if isinstance(env, dict) else None,
+            arch=arch,
+            attention_backend=backend,
+            env=env,
             kv_cache_dtype=e.kv_cache_dtype or None,
             quantization=e.quantization or None,
             speculative_method=e.speculative_method or None,
@@ -78,14 +86,30 @@ class KnownIssueJudge:
             max_num_seqs=e.max_num_seqs,
             mode=mode,
             patches=frozenset(p for p in facts.get("patches", []) if isinstance(p, str)),
+            architecture=e.architecture or None,
         )
 
     def judge(self, state: LogState) -> Judgement:
         if self.data is None:
             return Judgement(False, self.error)
-        if not state.engine.version:
+        if not state.engines_seen:
             return Judgement(True, "no engine seen yet", [])
+        if not state.engine.version:
+            return Judgement(False, "vLLM's engine config line carries no readable version")
         try:
             return Judgement(True, "", self.data.evaluate(self.config(state)))
-        except ki.KnownIssuesError as exc:  # e.g. a version string that is not PEP 440
-            return Judgement(False, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a version that is not PEP 440, or anything the data trips on
+            return Judgement(False, f"{type(exc).__name__}: {exc}"[:300])
+
+    def blocking(self, state: LogState, allow: tuple[str, ...]) -> tuple[str, list[str]]:
+        """(why the issues could not be judged, or ""; "id: title" of each row that must keep the pod out of
+        service). The rule is the deploy-time guard's (KnownIssues.blocking): verified, every condition seen,
+        not mitigated by an applied patch, symptom wrong_tokens or crash, not in the allow list."""
+        verdict = self.judge(state)
+        if not verdict.ok or not state.engines_seen or self.data is None:
+            return ("" if verdict.ok else verdict.reason), []
+        return "", [f"{m.issue.id}: {m.issue.title}" for m in self.data.blocking(self.config(state), allow)]
+
+    def unknown_ids(self, ids: tuple[str, ...]) -> list[str]:
+        known = {i.id for i in self.issues}
+        return [i for i in ids if i not in known]

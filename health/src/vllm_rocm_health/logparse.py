@@ -1,7 +1,10 @@
 """What a vLLM server's log says about CUDA graphs, line by line, for vLLM 0.10.x to 0.33.
 
-Each line is matched on message text (not on `[file:line]`, which changes between releases), after the
-substring prefilter of `prefilter.py`: nearly all lines of a busy server are request and stats lines.
+Only vLLM's own lines are events (logline.py): each event is the start of a logger message from the module that
+logs it (the `[file.py:N]` name, stable across releases while the line number is not), or the start of a raw line
+(capture bars, tracebacks). Client text (access lines, logged prompts and stop strings) never starts a message,
+so it can neither fake a restart nor a GPU error. Every lines first goes through the substring prefilter of
+`prefilter.py`: nearly all lines of a busy server are request and stats lines.
 """
 from __future__ import annotations
 
@@ -9,13 +12,14 @@ import json
 import re
 from dataclasses import dataclass
 
+from . import logline
+from .logline import LogLine
 from .prefilter import line_may_matter
 
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # <=0.11 prints the enum's value in JSON; see the shared notes, section 0.
 _JSON_MODE = {"0": "NONE", "1": "PIECEWISE", "2": "FULL", "[2,0]": "FULL_DECODE_ONLY", "[2,1]": "FULL_AND_PIECEWISE"}
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CONFIG_JSON_MODE = re.compile(r'"cudagraph_mode":\s*(\[\s*\d\s*,\s*\d\s*\]|\d)')
 _CONFIG_DICT_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+):")
 _ARGS_MODE = re.compile(r"""cudagraph_mode['"]?\s*[:=]\s*(?:<CUDAGraphMode\.)?['"]?(\w+)""")
@@ -26,12 +30,11 @@ _DOWNGRADE = re.compile(
 _UNSUPPORTED_RAISE = re.compile(
     r"CUDAGraphMode\.(\w+) is not supported with (\w+) backend \(support: ?AttentionCGSupport\.(\w+)\)"
     r"\s*;\s*please try")
-_BAR = re.compile(
-    r"Capturing CUDA graphs \((?:(mixed prefill-decode|decode), )?(PIECEWISE|FULL)\)[^|]*\|[^|]*\|\s*(\d+)/(\d+)")
+_BAR = re.compile(r"Capturing CUDA graphs \((?:(mixed prefill-decode|decode), )?(PIECEWISE|FULL)\)"
+                  r"[^|]*\|[^|]*\|\s*(\d{1,9})/(\d{1,9})")
 _BAR_START = re.compile(r"Capturing CUDA graphs \((?:(mixed prefill-decode|decode), )?(PIECEWISE|FULL)\)")
-_FINISHED = re.compile(r"Graph capturing finished in (\d+) secs?, took (-?[\d.]+) GiB")
-_PROFILED = re.compile(r"Profiling CUDA graph memory: (.*)")
-_PROFILED_ITEM = re.compile(r"\b(PIECEWISE|FULL)=(\d+)")
+_FINISHED = re.compile(r"Graph capturing finished in (\d{1,9}) secs?, took (-?\d{1,9}(?:\.\d{1,9})?) GiB")
+_PROFILED_ITEM = re.compile(r"\b(PIECEWISE|FULL)=(\d{1,9})")
 # Config/resolution-stage overrides (notes §2c step 4 and §2d): "Overriding cudagraph_mode [from X ]to Y",
 # "Overriding to Y.", "Setting cudagraph_mode to Y".
 # Attention backend selection (platforms/rocm.py): prose up to 0.14, the enum name from 0.20 on. ViT / encoder
@@ -53,9 +56,11 @@ _BACKEND_ENUM = re.compile(
 # The engine config line (VllmConfig.__str__, 0.10-0.33): the facts the known-issues data conditions on.
 _CFG_QUANT = re.compile(r"\bquantization=([\w.-]+)")
 _CFG_KV = re.compile(r"\bkv_cache_dtype=([\w.-]+)")
-_CFG_TP = re.compile(r"\btensor_parallel_size=(\d+)")
+_CFG_TP = re.compile(r"\btensor_parallel_size=(\d{1,6})\b")
+_CFG_PP = re.compile(r"\bpipeline_parallel_size=(\d{1,6})\b")
+_CFG_DP = re.compile(r"\bdata_parallel_size=(\d{1,6})\b")
 _CFG_SPEC = re.compile(r"\bspeculative_config=(?:None|SpeculativeConfig\(method='([\w-]+)')")
-_ARGS_MAX_SEQS = re.compile(r"""['"]max_num_seqs['"]\s*:\s*(\d+)""")
+_ARGS_MAX_SEQS = re.compile(r"""['"]max_num_seqs['"]\s*:\s*(\d{1,9})\b""")
 # What the distribution's image entrypoint (docker/scripts/vllm-serve.sh) prints before vLLM starts: patches,
 # ROCm version and the VLLM_ROCM_* environment, none of which vLLM logs itself.
 FACTS_PREFIX = "vllm-rocm facts: "
@@ -93,108 +98,163 @@ BACKEND = "backend"                  # attention backend selected: text = vLLM's
 CONFIG = "config"                    # engine config facts: text = JSON {quantization, kv_cache_dtype, ...}
 ARGS = "args"                        # non-default args facts: text = JSON {max_num_seqs}
 FACTS = "facts"                      # the image entrypoint's facts line: text = its JSON object
+PLATFORM = "platform"                # `Automatically detected platform rocm.`: text = the platform
+ARCHITECTURE = "architecture"        # `Resolved architecture: LlamaForCausalLM`: text = the model's architecture
+SHUTDOWN = "shutdown"                # `[shutdown] ...` (0.32+): vLLM stops this engine (teardown tracebacks follow)
 
 _PHASE = {"mixed prefill-decode": "mixed", "decode": "decode", None: "unspecified"}
 
+# Where vLLM logs each kind of event (the `[file.py:N]` of its logger header), as the releases 0.10.1.1 to 0.33.0
+# print it (shared notes §2-§4; tests/health/test_logparse.py checks the fixtures and the real 0.26/0.32 logs).
+# A line from any other module (the request path: serving_*.py, logger.py, api_server.py) is never an event.
+_SRC_ENGINE = frozenset({"core.py"})
+_SRC_ARGS = frozenset({"utils.py", "api_utils.py", "startup.py", "arg_utils.py", "cli_args.py", "main.py",
+                       "serve.py"})
+_SRC_PLATFORM = frozenset({"__init__.py"})
+_SRC_BACKEND = frozenset({"rocm.py", "cuda.py", "cpu.py", "xpu.py", "selector.py", "interface.py"})
+_SRC_RESOLVE = frozenset({"gpu_model_runner.py", "model_runner.py", "compilation.py", "cudagraph_utils.py",
+                          "vllm.py", "config.py", "__init__.py", "model.py", "rocm.py", "cuda.py", "interface.py"})
+_SRC_CAPTURE = frozenset({"gpu_model_runner.py", "model_runner.py", "cudagraph_utils.py", "cpu_model_runner.py"})
+_SRC_KV = frozenset({"gpu_worker.py", "cpu_worker.py", "worker.py", "kv_cache_utils.py"})
+_SRC_FAILURE = frozenset({"core.py", "utils.py", "core_client.py", "multiproc_executor.py", "gpu_worker.py",
+                          "gpu_model_runner.py", "model_runner.py", "cpu_worker.py", "async_llm.py", "llm_engine.py"})
 
-def clean(line: str) -> str:
-    """Drop colour codes and keep the last `\\r` segment (tqdm redraws)."""
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    return line.rstrip("\r\n")
+_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([0-9][0-9A-Za-z.+!_-]{0,63})\) with config: ")
+_PLATFORM = re.compile(r"Automatically detected platform ([a-z]{1,16})\.")
+# 0.10.2 config/__init__.py:742, 0.14.0 config/model.py:530, 0.32.0 model.py:733, 0.34.0 :761 (the API server's)
+_ARCHITECTURE = re.compile(r"Resolved architecture: ([A-Za-z][A-Za-z0-9_]{0,99})$")
+_SRC_MODEL = frozenset({"__init__.py", "model.py", "config.py"})
+# 0.32.0: launcher.py:254 `[shutdown] API server: shutdown triggered`, core.py:1454 `[shutdown] EngineCore: trigger
+# received signal=...`, core_client.py:770 `[shutdown] MPClient: start ...` (fixtures/v0.32.0-cpu-restart-real.log)
+_SRC_SHUTDOWN = frozenset({"launcher.py", "core.py", "core_client.py"})
+# The start of an exception line of a traceback that says the GPU failed; anchored, so a request error whose
+# message merely mentions "HIP error" is not one.
+_OOM = re.compile(r"(?:torch\.(?:cuda\.)?OutOfMemoryError|OutOfMemoryError|RuntimeError): (?:CUDA|HIP) out of memory")
+_GPU_ERROR = re.compile(r"(?:(?:RuntimeError|torch\.AcceleratorError|torch\.cuda\.CudaError): )?(?:CUDA|HIP) error: "
+                        r"|Memory access fault by GPU node-\d")
+_ENGINE_FAILED = re.compile(r"(?:RuntimeError: )?(?:EngineCore failed to start|Engine core initialization failed)")
+TRACEBACK = "Traceback (most recent call last):"
 
 
 def parse_line(raw: str) -> list[Event]:
     """All events one physical line carries (tqdm may put several bar updates on one line with \\r)."""
+    return parse(raw)[1]
+
+
+def parse(raw: str) -> tuple[LogLine | None, list[Event]]:
+    """The line split at vLLM's own prefix (None when the prefilter skipped it), and the events it carries."""
     if not line_may_matter(raw):
-        return []
-    line = clean(raw)
-    if "\r" in line:
+        return None, []
+    line = logline.split(raw)
+    return line, (_parse_logger(line) if line.level else _parse_raw(line))
+
+
+def _parse_raw(line: LogLine) -> list[Event]:
+    """Raw lines: capture bars (each `\\r` segment must start with one), tracebacks, the image's facts line."""
+    msg = line.message
+    if msg.lstrip("\r").startswith("Capturing CUDA graphs ("):  # tqdm starts each redraw with \r (real 0.26 logs)
         out: list[Event] = []
-        for part in line.split("\r"):
-            out.extend(_parse_one(part))
+        for part in msg.split("\r"):
+            if part.startswith("Capturing CUDA graphs ("):
+                out.extend(_bar(part))
         return out
-    return _parse_one(line)
-
-
-def _parse_one(line: str) -> list[Event]:
-    if "Capturing CUDA graphs" in line:
-        m = _BAR.search(line)
-        if m:
-            return [Event(BAR, mode=m.group(2), phase=_PHASE[m.group(1)], done=int(m.group(3)), total=int(m.group(4)))]
-        m = _BAR_START.search(line)
-        if m:
-            return [Event(BAR, mode=m.group(2), phase=_PHASE[m.group(1)])]
-        return []
-    if "Graph capturing finished" in line:
-        m = _FINISHED.search(line)
-        return [Event(FINISHED, seconds=float(m.group(1)), gib=float(m.group(2)))] if m else []
-    if "Initializing a V1 LLM engine" in line:
-        version = line.split("engine (v", 1)[1].split(")", 1)[0] if "engine (v" in line else ""
-        events = [Event(ENGINE_START, mode=_config_mode(line), text=version)]
-        facts = _config_facts(line)
-        if facts:
-            events.append(Event(CONFIG, text=json.dumps(facts, sort_keys=True)))
-        if "enforce_eager=True" in line:
-            events.append(Event(EAGER, text="enforce_eager=True"))
-        return events
-    if FACTS_PREFIX in line:
+    if msg.startswith(FACTS_PREFIX) and not line.proc:
         try:
-            facts = json.loads(line.split(FACTS_PREFIX, 1)[1])
+            facts = json.loads(msg[len(FACTS_PREFIX):])
         except ValueError:
             return []
         return [Event(FACTS, text=json.dumps(facts, sort_keys=True))] if isinstance(facts, dict) else []
-    if ("backend" in line and "Using " in line) or "Overriding with" in line:
-        backend = _backend(line)
-        if backend:
-            return [Event(BACKEND, text=backend)]
-    if "non-default args" in line:
+    return _failure(msg)
+
+
+def _failure(msg: str) -> list[Event]:
+    """A failure, from a traceback (raw or through the logger) or the engine's own failure lines."""
+    if msg.startswith(TRACEBACK):
+        return [Event(FAILURE, reason="exception", text="traceback")]
+    if _OOM.match(msg):
+        return [Event(FAILURE, reason="oom", text=msg[:300])]
+    if _GPU_ERROR.match(msg):
+        return [Event(FAILURE, reason="gpu_error", text=msg[:300])]
+    if _ENGINE_FAILED.match(msg):
+        return [Event(FAILURE, reason="engine_failed", text=msg[:300])]
+    if msg.startswith("ValueError: CUDAGraphMode.") and _UNSUPPORTED_RAISE.match(msg, len("ValueError: ")):
+        # The ValueError that aborts start-up: its traceback follows; count it once, as an exception.
+        return [Event(FAILURE, reason="exception", text=msg[:300])]
+    return []
+
+
+def _bar(part: str) -> list[Event]:
+    m = _BAR.match(part)
+    if m:
+        return [Event(BAR, mode=m.group(2), phase=_PHASE[m.group(1)], done=int(m.group(3)), total=int(m.group(4)))]
+    m = _BAR_START.match(part)
+    return [Event(BAR, mode=m.group(2), phase=_PHASE[m.group(1)])] if m else []
+
+
+def _parse_logger(line: LogLine) -> list[Event]:
+    msg, src = line.message, line.source
+    if src in _SRC_CAPTURE and msg.startswith("Graph capturing finished"):
+        m = _FINISHED.match(msg)
+        return [Event(FINISHED, seconds=float(m.group(1)), gib=float(m.group(2)))] if m else []
+    if src in _SRC_ENGINE and msg.startswith("Initializing a V1 LLM engine"):
+        m = _VERSION.match(msg)
+        events = [Event(ENGINE_START, mode=_config_mode(msg), text=m.group(1) if m else "")]
+        facts = _config_facts(msg)
+        if facts:
+            events.append(Event(CONFIG, text=json.dumps(facts, sort_keys=True)))
+        if "enforce_eager=True" in msg:
+            events.append(Event(EAGER, text="enforce_eager=True"))
+        return events
+    if src in _SRC_BACKEND and (msg.startswith("Using ") or msg.startswith("Found incompatible backend")):
+        backend = _backend(msg)
+        return [Event(BACKEND, text=backend)] if backend else []
+    if src in _SRC_ARGS and msg.startswith("non-default args: "):
         events = []
-        m = _ARGS_MODE.search(line)
+        m = _ARGS_MODE.search(msg)
         if m and m.group(1).upper() in MODES:
             events.append(Event(REQUESTED, mode=m.group(1).upper()))
         elif m and m.group(1) in ("0", "1", "2"):
             events.append(Event(REQUESTED, mode=_JSON_MODE[m.group(1)]))
-        if _ENFORCE_EAGER.search(line):
+        if _ENFORCE_EAGER.search(msg):
             events.append(Event(EAGER, text="--enforce-eager"))
-        m = _ARGS_MAX_SEQS.search(line)
+        m = _ARGS_MAX_SEQS.search(msg)
         if m:
             events.append(Event(ARGS, text=json.dumps({"max_num_seqs": int(m.group(1))})))
         return events
-    if "is not supported" in line and "CUDAGraphMode." in line:
-        m = _DOWNGRADE.search(line)
+    if src in _SRC_MODEL and msg.startswith("Resolved architecture: "):
+        m = _ARCHITECTURE.match(msg)
+        return [Event(ARCHITECTURE, text=m.group(1))] if m else []
+    if src in _SRC_PLATFORM and msg.startswith("Automatically detected platform"):
+        m = _PLATFORM.match(msg)
+        return [Event(PLATFORM, text=m.group(1))] if m else []
+    if src in _SRC_RESOLVE and msg.startswith("CUDAGraphMode."):
+        m = _DOWNGRADE.match(msg)
         if m:
             return [Event(DOWNGRADE, mode=m.group(5), text=m.group(1), reason=m.group(2) or m.group(3) or "")]
-        m = _UNSUPPORTED_RAISE.search(line)
-        if m:
-            # The ValueError that aborts start-up: its traceback follows; count it once, as an exception.
-            return [Event(FAILURE, reason="exception", text=line[-300:])]
+        if line.level in ("ERROR", "CRITICAL") and _UNSUPPORTED_RAISE.match(msg):
+            return [Event(FAILURE, reason="exception", text=msg[:300])]
         return []
-    if "Profiling CUDA graph memory" in line:
-        m = _PROFILED.search(line)
-        counts = {k: int(n) for k, n in _PROFILED_ITEM.findall(m.group(1))} if m else {}
+    if src in _SRC_CAPTURE and msg.startswith("Profiling CUDA graph memory: "):
+        counts = {k: int(n) for k, n in _PROFILED_ITEM.findall(msg[:4096])}
         pw, full = counts.get("PIECEWISE", 0) > 0, counts.get("FULL", 0) > 0
         mode = "FULL_AND_PIECEWISE" if pw and full else "PIECEWISE" if pw else "FULL" if full else "NONE"
-        return [Event(PROFILED, mode=mode)] if m else []
-    if ("Overriding" in line or "Setting cudagraph_mode" in line) and "cudagraph" in line.lower():
-        m = _OVERRIDE.search(line)
+        return [Event(PROFILED, mode=mode)]
+    if src in _SRC_RESOLVE and ("Overriding" in msg or "Setting cudagraph_mode" in msg) \
+            and "cudagraph" in msg.lower():
+        m = _OVERRIDE.search(msg[:4096])
         return [Event(DOWNGRADE, mode=m.group(1), reason="config override")] if m else []
-    if "Cudagraph is disabled under eager mode" in line or "Enforce eager set" in line:
+    if src in _SRC_RESOLVE and (msg.startswith("Cudagraph is disabled under eager mode")
+                                or msg.startswith("Enforce eager set")):
         return [Event(EAGER, text="eager mode")]
-    if "Skipping CUDA graph capture" in line or "Skipping encoder and decoder CUDA graph capture" in line:
+    if src in _SRC_CAPTURE and (msg.startswith("Skipping CUDA graph capture")
+                                or msg.startswith("Skipping encoder and decoder CUDA graph capture")):
         return [Event(SKIPPED)]
-    if "Available KV cache memory" in line:
+    if src in _SRC_KV and msg.startswith("Available KV cache memory"):
         return [Event(KV_CACHE)]
-    if "out of memory" in line and ("CUDA out of memory" in line or "HIP out of memory" in line
-                                    or "OutOfMemoryError" in line):
-        return [Event(FAILURE, reason="oom", text=line[-300:])]
-    if "HIP error" in line or "CUDA error" in line or "hipError" in line:
-        return [Event(FAILURE, reason="gpu_error", text=line[-300:])]
-    if "EngineCore failed to start" in line or "Engine core initialization failed" in line:
-        return [Event(FAILURE, reason="engine_failed", text=line[-300:])]
-    if line.startswith("Traceback") or ") Traceback (most recent call last)" in line or \
-            line.endswith("Traceback (most recent call last):"):
-        return [Event(FAILURE, reason="exception", text="traceback")]
+    if src in _SRC_SHUTDOWN and msg.startswith("[shutdown] "):
+        return [Event(SHUTDOWN)]
+    if src in _SRC_FAILURE and line.level in ("ERROR", "CRITICAL"):
+        return _failure(msg)
     return []
 
 
@@ -233,6 +293,10 @@ def _config_facts(line: str) -> dict:
     m = _CFG_TP.search(line)
     if m:
         out["tensor_parallel_size"] = int(m.group(1))
+    for key, rx in (("pipeline_parallel_size", _CFG_PP), ("data_parallel_size", _CFG_DP)):
+        m = rx.search(line)
+        if m:
+            out[key] = int(m.group(1))
     m = _CFG_SPEC.search(line)
     if m:
         out["speculative_method"] = m.group(1) or "none"

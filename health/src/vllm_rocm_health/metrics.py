@@ -75,6 +75,9 @@ class CaptureCollector(Collector):
                     value=int(e.runs_without_graphs))
             yield CounterMetricFamily("vllm_engine_restarts", "Engine restarts seen after the first start",
                                       value=s.log.restarts)
+            yield CounterMetricFamily("vllm_engine_instances", "Engine instances seen (start, restart, new capture, "
+                                      "new engine pid, /health outage): a canary pass counts only on the current one",
+                                      value=s.log.instance)
             yield g("vllm_engine_start_time_seconds", "Unix time the current engine instance started",
                     value=s.engine_start_time)
             yield g("vllm_sidecar_ready", "What /readyz answers (1 = 200)", value=int(s.ready))
@@ -91,7 +94,7 @@ class CaptureCollector(Collector):
     def _known_issues(self, state: LogState) -> Iterator:
         """One series per known issue (0 or 1), so an alert sees a row go active rather than appear."""
         g = GaugeMetricFamily
-        verdict = self.judge.judge(state)
+        verdict = self.judge.judge(state)  # never raises: a failure is a verdict that is not ok
         yield g("vllm_known_issues_evaluated", "1 when the known-issues data was judged against this engine",
                 value=int(verdict.ok))
         labels = ["id", "symptom", "verified"]

@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 # ("failed") turns every request line into a candidate.
 NEEDLES: tuple[str, ...] = (
     "udagraph", "CUDAGraphMode", "CUDA graph", "Graph capturing", "LLM engine", "non-default args", "eager",
+    "Resolved architecture",
     "KV cache memory", "of memory", "rror", "Traceback", "Overriding", "failed to start", "initialization failed",
-    "backend", "vllm-rocm facts")
+    "backend", "vllm-rocm facts", "access fault", "detected platform", "[shutdown]")
 
 
 def _line_test(needles: Iterable[str]) -> Callable[[str], bool]:

@@ -74,13 +74,19 @@ class Report:
                                      f"serves {served_model_name!r}: qualify this model")
 
 
-def validate(raw: Any, source: str = "report") -> Report:
-    """The structure deployment relies on; everything else in the report is for people."""
+def validate(raw: Any, source: str = "report", deployable: bool = True) -> Report:
+    """The structure deployment relies on; everything else in the report is for people. `deployable=False` is for
+    the writer: a run whose reference never started still gets its report, which deployment then refuses."""
     if not isinstance(raw, dict):
         raise QualificationError(f"{source}: not a JSON object")
-    if raw.get("kind") != KIND or raw.get("format") != FORMAT:
+    # type() is int: `true` equals 1 in Python, and a JSON boolean is no format number.
+    if raw.get("kind") != KIND or type(raw.get("format")) is not int or raw.get("format") != FORMAT:
         raise QualificationError(f"{source}: not a qualification report of format {FORMAT} "
                                  f"(kind {raw.get('kind')!r}, format {raw.get('format')!r})")
+    for key in ("vllm_version", "served_model_name") if deployable else ():
+        # A result belongs to the release and model it measured: a report that does not say which is no proof.
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise QualificationError(f"{source}: {key} is missing: the report must say what it qualified")
     rows = raw.get("rows")
     if not isinstance(rows, list) or not rows:
         raise QualificationError(f"{source}: no rows")
@@ -93,6 +99,8 @@ def validate(raw: Any, source: str = "report") -> Report:
             raise QualificationError(f"{source}: mode {row['mode']} appears twice")
         seen.add(row["mode"])
     rec = raw.get("recommended")
+    if rec is not None and not isinstance(rec, str):
+        raise QualificationError(f"{source}: recommended {str(rec)[:80]} is not a mode name")
     if rec is not None:
         row = next(r for r in rows if r["mode"] == rec) if rec in seen else None
         if row is None or row["verdict"] != "pass":

@@ -1,17 +1,20 @@
 """When the sidecar lets traffic in. Ready only when everything that must be known is known and right: every
-worker loop alive and making progress, the engine up with its graphs captured (or running without graphs),
-vLLM answering /health, and a canary pass that is recent. Pure function of one snapshot, so every rule is
-testable; the first rule that is not met is the reason."""
+worker loop alive and making progress; the engine that runs is the one the deployment asked for (its cudagraph
+mode, no unmitigated verified known issue, no mode the qualification failed), up with its graphs captured (or
+running without graphs); vLLM answering /health; and a recent canary pass measured on this very engine instance.
+Pure function of one snapshot, so every rule is testable; the first rule that is not met is the reason."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .logparse import MODES
 from .state import EngineState
 from .workers import WorkerStatus
 
 # Bounded reason codes (the `reason` label of vllm_sidecar_not_ready_reason); the message has the details.
-REASONS = ("worker_down", "engine_failed", "log_source_down", "capture_pending", "health_unknown",
-           "health_failing", "canary_pending", "canary_failing", "canary_stale")
+REASONS = ("worker_down", "engine_failed", "known_issues_unknown", "known_issue", "mode_unknown", "mode_mismatch",
+           "mode_failed_qualification", "log_source_down", "capture_pending", "health_unknown", "health_failing",
+           "canary_pending", "canary_failing", "canary_stale")
 
 
 @dataclass
@@ -29,6 +32,15 @@ class Inputs:
     canary_reason: str = ""
     canary_pass_age: float | None = None  # seconds since the last pass ended; None = never passed
     canary_max_age: float = float("inf")
+    # Runtime authority: what vLLM's own log says it runs, against what the deployment asked for.
+    engine_seen: bool = False            # vLLM's engine config line of the current engine was read
+    instance: int = 0                    # the current engine instance (LogState.instance)
+    instance_reason: str = ""
+    canary_pass_instance: int | None = None  # the instance the last canary pass was measured on
+    expected_mode: str = ""              # "" = the deployment did not say
+    failed_modes: frozenset[str] = frozenset()  # modes the qualification report failed
+    known_issues_error: str = ""         # the known issues could not be judged for this engine
+    blocking_issues: tuple[str, ...] = ()  # "id: title" of each verified, active, unmitigated, not allowed row
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,10 @@ def decide(i: Inputs) -> Verdict:
     e = i.engine
     if e.failures:
         return Verdict(False, "engine_failed", "engine start failed: " + ", ".join(sorted(e.failures)))
+    if i.engine_seen:
+        v = _authority(i)
+        if v is not None:
+            return v
     if i.capture_gate and not (e.capture_finished or e.runs_without_graphs):
         if not i.log_source_up:
             return Verdict(False, "log_source_down",
@@ -59,6 +75,9 @@ def decide(i: Inputs) -> Verdict:
             return Verdict(False, "canary_pending", "waiting for the first canary run")
         if not i.canary_passing:
             return Verdict(False, "canary_failing", i.canary_reason)
+        if i.canary_pass_instance != i.instance:
+            return Verdict(False, "canary_pending", "the canary has not passed on this engine instance yet "
+                           f"({i.instance_reason or 'new instance'}); a run is due now")
         # `not age <= limit`: an unknown (None) or NaN age is stale too.
         if i.canary_pass_age is None or not i.canary_pass_age <= i.canary_max_age:
             age = "never" if i.canary_pass_age is None else f"{i.canary_pass_age:.0f} s ago"
@@ -66,3 +85,25 @@ def decide(i: Inputs) -> Verdict:
                            f"the last canary pass is too old ({age}; limit {i.canary_max_age:.0f} s): the canary "
                            "is not running or not finishing")
     return Verdict(True, "ok", "ok")
+
+
+def _authority(i: Inputs) -> Verdict | None:
+    """The rules on what runs, from vLLM's own lines (never from what the deployment says it rendered)."""
+    e = i.engine
+    if i.known_issues_error:
+        return Verdict(False, "known_issues_unknown", f"known issues cannot be judged: {i.known_issues_error}")
+    if i.blocking_issues:
+        return Verdict(False, "known_issue", "a verified known issue applies to what vLLM runs and no applied patch "
+                       "mitigates it: " + "; ".join(i.blocking_issues) + " (allow it explicitly only after reading "
+                       "the runbook)")
+    if i.expected_mode:
+        if e.config_mode not in MODES:
+            return Verdict(False, "mode_unknown", "vLLM's engine config line shows no cudagraph_mode to check "
+                           f"against the expected {i.expected_mode}")
+        if e.config_mode != i.expected_mode:
+            return Verdict(False, "mode_mismatch", f"vLLM runs cudagraph_mode {e.config_mode}, the deployment asked "
+                           f"for {i.expected_mode} (a wrapper, an env var or a config file changed it)")
+    if e.effective in i.failed_modes:
+        return Verdict(False, "mode_failed_qualification", f"vLLM runs cudagraph_mode {e.effective} (asked for "
+                       f"{e.requested}), which the qualification report failed on this node")
+    return None

@@ -5,13 +5,18 @@ import json
 from dataclasses import dataclass, field
 
 from . import logparse as lp
+from .logline import LogLine
 from .prefilter import Scanner, candidate_lines
+
+# Processes whose pid is the engine's: a new pid under the same name is a new engine (vLLM's process prefixes).
+_ENGINE_PROCS = ("EngineCore", "Worker", "VllmWorker")
 
 
 @dataclass
 class EngineState:
     """What is known about the current engine instance (reset at every engine (re)start)."""
     version: str = ""
+    config_mode: str = "unknown"     # the mode of vLLM's engine config line (what it was asked, after config overrides)
     requested: str = "unknown"
     effective: str = "unknown"
     downgrade_warned: bool = False   # vLLM logged a downgrade warning
@@ -34,7 +39,13 @@ class EngineState:
     kv_cache_dtype: str = ""
     speculative_method: str = ""
     tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    data_parallel_size: int | None = None
     max_num_seqs: int | None = None
+    platform: str = ""
+    architecture: str = ""           # the model's, as vLLM resolved it (`Resolved architecture:`)
+    capture_pid: int | None = None   # pid of the process whose `Graph capturing finished` line counted
+    shutting_down: bool = False      # vLLM logged `[shutdown]` for this engine: it is being stopped
 
     @property
     def progress(self) -> float:
@@ -96,14 +107,27 @@ class LogState:
         self._args_requested = ""
         self._args_eager = False
         self._args_max_num_seqs: int | None = None
+        self._args_architecture = ""
         self._fresh = False  # restart() already counted the engine whose config line comes next
         # The image entrypoint's facts line (patches, ROCm version, VLLM_ROCM_* env): one per container start,
         # so it outlives engine restarts within the container.
         self.image_facts: dict = {}
+        # Engine instances seen (a canary verdict belongs to one): every engine start, container restart, new
+        # capture, changed engine-process pid, or an outage the sidecar reports through new_instance().
+        self.instance = 0
+        self.instance_reason = "no engine seen yet"
+        self._pids: dict[str, int] = {}  # engine process name (`EngineCore_DP0`, `Worker_TP1`) -> pid
+
+    def new_instance(self, reason: str) -> None:
+        """Whatever was measured before no longer describes the server that answers now."""
+        self.instance += 1
+        self.instance_reason = reason
 
     def restart(self, container: bool = False) -> None:
         """A new engine instance (new config line, or `container=True`: the log source saw the container
         restart; the new container's config line then belongs to this restart and must not count again)."""
+        self.new_instance("the vLLM container restarted" if container else "a new engine started")
+        self._pids.clear()
         self.restarts += 1
         self._fresh = container
         self.engine = EngineState(requested=self.requested_hint or "unknown",
@@ -111,11 +135,21 @@ class LogState:
         self._args_requested = ""
         self._args_eager = False
         self._args_max_num_seqs = None
+        self._args_architecture = ""
 
     def feed(self, line: str) -> list[lp.Event]:
-        events = lp.parse_line(line)
+        return self.feed_parsed(*lp.parse(line))
+
+    def feed_parsed(self, line: LogLine | None, events: list[lp.Event]) -> list[lp.Event]:
+        """Apply what lp.parse() made of one line (the sidecar parses outside its lock, then applies under it)."""
+        if line is not None and line.pid is not None and line.proc.startswith(_ENGINE_PROCS):
+            known = self._pids.get(line.proc)
+            starts = any(ev.kind == lp.ENGINE_START for ev in events)
+            if known is not None and known != line.pid and not starts:
+                self.new_instance(f"{line.proc} now runs as pid {line.pid} (was {known})")
+            self._pids[line.proc] = line.pid
         for ev in events:
-            self.apply(ev)
+            self.apply(ev, line)
         return events
 
     def feed_block(self, block: bytes, scan: Scanner | None = None) -> int:
@@ -125,7 +159,7 @@ class LogState:
             self.feed(line)
         return block.count(b"\n") + (bool(block) and not block.endswith(b"\n"))
 
-    def apply(self, ev: lp.Event) -> None:
+    def apply(self, ev: lp.Event, line: LogLine | None = None) -> None:
         e = self.engine
         k = ev.kind
         if k == lp.REQUESTED:
@@ -135,12 +169,17 @@ class LogState:
         elif k == lp.ENGINE_START:
             if self.engines_seen and not self._fresh:
                 args, eager, seqs = self._args_requested, self._args_eager, self._args_max_num_seqs
+                arch = self._args_architecture
                 self.restart()
                 self._args_requested, self._args_eager, self._args_max_num_seqs = args, eager, seqs
+                self._args_architecture = arch
+            elif not self.engines_seen and not self._fresh:
+                self.new_instance("engine started")
             self.engines_seen += 1
             self._fresh = False
             e = self.engine
             e.version = ev.text
+            e.config_mode = ev.mode
             requested = self._args_requested or (ev.mode if ev.mode != "unknown" else "") or self.requested_hint
             e.requested = requested or "unknown"
             e.effective = e.requested
@@ -152,12 +191,19 @@ class LogState:
             if self._args_eager:
                 self._set_eager(e)
             e.max_num_seqs = self._args_max_num_seqs
+            e.architecture = e.architecture or self._args_architecture
         elif k == lp.CONFIG:
             facts = json.loads(ev.text)
             e.quantization = facts.get("quantization", e.quantization)
             e.kv_cache_dtype = facts.get("kv_cache_dtype", e.kv_cache_dtype)
             e.speculative_method = facts.get("speculative_method", e.speculative_method)
             e.tensor_parallel_size = facts.get("tensor_parallel_size", e.tensor_parallel_size)
+            e.pipeline_parallel_size = facts.get("pipeline_parallel_size", e.pipeline_parallel_size)
+            e.data_parallel_size = facts.get("data_parallel_size", e.data_parallel_size)
+        elif k == lp.PLATFORM:
+            e.platform = ev.text
+        elif k == lp.ARCHITECTURE:
+            self._args_architecture = e.architecture = ev.text
         elif k == lp.ARGS:
             self._args_max_num_seqs = e.max_num_seqs = json.loads(ev.text).get("max_num_seqs")
         elif k == lp.BACKEND:
@@ -194,8 +240,13 @@ class LogState:
                 # With TP>1 another rank's `finished` line can come before rank 0 has drawn all its bars.
                 self._settle(e)
         elif k == lp.FINISHED:
+            pid = line.pid if line is not None else None
             if e.capture_finished:
-                return  # one line per TP worker: the first one counts
+                # One line per TP worker: the first one counts. The same process finishing again captured anew
+                # (e.g. after sleep mode): what was measured on the old graphs no longer holds.
+                if pid is not None and pid == e.capture_pid:
+                    self.new_instance("CUDA graphs were captured again")
+                return
             if not e.kv_cache_seen and _may_profile_capture(e.version):
                 # V2 runner (0.30+): a profile-only capture runs before the KV cache is sized. Not the real one.
                 # Each TP worker logs the line; only rank 0 draws bars, so count a pass once per bar set.
@@ -205,12 +256,19 @@ class LogState:
                 e.current_bar = None
                 return
             e.capture_finished = True
+            e.capture_pid = pid
             e.capture_seconds = ev.seconds
             e.capture_gib = ev.gib
             self._settle(e)
+        elif k == lp.SHUTDOWN:
+            e.shutting_down = True
         elif k == lp.FAILURE:
             if e.capture_finished and ev.reason == "exception":
                 return  # a traceback after start-up is a request error, not a capture failure
+            if e.shutting_down and ev.reason == "exception":
+                # 0.32 logs `AsyncLLM output_handler failed` with an EngineDeadError traceback on every clean stop
+                # (SIGINT/SIGTERM); OOM and GPU errors still count, and the next engine start begins afresh.
+                return
             if ev.reason not in e.failures:
                 e.failures.add(ev.reason)
                 self.failures_total[ev.reason] = self.failures_total.get(ev.reason, 0) + 1
@@ -242,6 +300,8 @@ class LogState:
             "engines_seen": self.engines_seen, "restarts": self.restarts,
             "attention_backend": e.attention_backend, "quantization": e.quantization,
             "kv_cache_dtype": e.kv_cache_dtype, "speculative_method": e.speculative_method,
-            "tensor_parallel_size": e.tensor_parallel_size, "max_num_seqs": e.max_num_seqs,
+            "tensor_parallel_size": e.tensor_parallel_size, "pipeline_parallel_size": e.pipeline_parallel_size,
+            "data_parallel_size": e.data_parallel_size, "max_num_seqs": e.max_num_seqs, "platform": e.platform,
+            "architecture": e.architecture, "config_mode": e.config_mode, "instance": self.instance,
             "image_facts": self.image_facts,
         }

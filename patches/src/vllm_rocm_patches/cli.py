@@ -123,9 +123,12 @@ def _add_known_issues_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--release", help="vLLM release, e.g. 0.10.2 or 0.10.2+rocm700")
     p.add_argument("--rocm", help="ROCm version of the image, e.g. 7.0.0")
     p.add_argument("--arch", help="GPU architecture, e.g. gfx942 or gfx950")
-    p.add_argument("--backend", help="attention backend as vLLM names it: ROCM_AITER_FA, TRITON_ATTN, ROCM_ATTN, ...")
+    p.add_argument("--backend", help="the attention backend vLLM runs, in any release's spelling (ROCM_AITER_FA,"
+                   " TRITON_ATTN_VLLM_V1, 'Using Triton Attention backend on V1 engine.', ...); without it, vLLM's"
+                   " automatic choice is inferred from --release, --arch and --env as the Helm chart infers it")
+    p.add_argument("--architecture", help="the model's architecture class as vLLM resolves it, e.g. LlamaForCausalLM")
     p.add_argument("--env", action="append", default=None, metavar="NAME=VALUE",
-                   help="a VLLM_ROCM_* variable of the server (repeat; unset ones take vLLM's default); give"
+                   help="a VLLM_* variable of the server (repeat; unset ones take vLLM's default); give"
                    " --env '' for an environment that sets none")
     p.add_argument("--kv-cache-dtype", help="auto, fp8, fp8_e4m3, ...")
     p.add_argument("--quantization", help="--quantization of the server ('none' = unquantized)")
@@ -210,7 +213,7 @@ def _attach_known_issues(rep: engine.Report, path: Path | None, series_dir: Path
     rep.known_issues_source = str(data.path)
 
 
-_CONFIG_OPTIONS = ("release", "rocm", "arch", "backend", "env", "kv_cache_dtype", "quantization",
+_CONFIG_OPTIONS = ("release", "rocm", "arch", "backend", "architecture", "env", "kv_cache_dtype", "quantization",
                    "speculative_method", "tensor_parallel_size", "max_num_seqs", "mode")
 
 
@@ -247,23 +250,33 @@ def _known_issues_command(args: argparse.Namespace, data: known_issues.KnownIssu
             env[name] = value
     try:
         mode = args.mode or (known_issues.default_mode(args.release) if args.release else None)
+        if args.backend is not None:
+            backend, how = known_issues.canonical_attention_backend(args.backend), "given"
+        else:
+            backend = known_issues.infer_attention_backend(args.release, arch=args.arch, env=env)
+            how = "inferred: vLLM's automatic choice" if backend else "unknown: give --backend, or --release and --env"
         cfg = known_issues.Config(
-            release=args.release, rocm=args.rocm, arch=args.arch, attention_backend=args.backend, env=env,
+            release=args.release, rocm=args.rocm, arch=args.arch, attention_backend=backend, env=env,
             kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization,
             speculative_method=args.speculative_method, tensor_parallel_size=args.tensor_parallel_size,
-            max_num_seqs=args.max_num_seqs, mode=mode, patches=frozenset(args.patch))
+            max_num_seqs=args.max_num_seqs, mode=mode, patches=frozenset(args.patch), architecture=args.architecture)
         matches = [m for m in data.evaluate(cfg) if m.status != known_issues.NO]
         blocking = {m.issue.id for m in data.blocking(cfg, args.allow)}
     except known_issues.KnownIssuesError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps({"matches": [dict(m.to_json(), blocking=m.issue.id in blocking) for m in matches],
+        print(json.dumps({"attention_backend": {"name": backend, "how": how},
+                          "matches": [dict(m.to_json(), blocking=m.issue.id in blocking) for m in matches],
                           "blocking": sorted(blocking)}, indent=2))
     else:
+        print(f"attention backend: {backend or '-'} ({how})")
         for m in matches:
             state = "BLOCKS" if m.issue.id in blocking else m.status + (f", mitigated by {m.mitigated_by}"
                                                                          if m.mitigated else "")
             unknown = f" (unknown: {', '.join(m.unknown)})" if m.unknown else ""
+            if m.scope in (known_issues.OUTSIDE, known_issues.UNDECIDED):
+                unknown += (" (outside the configurations the reports cover)" if m.scope == known_issues.OUTSIDE
+                            else " (the reports' scope is undecided)")
             print(f"{m.issue.id} [{m.issue.symptom}{'' if m.issue.verified else ', unverified'}]: {state}{unknown}")
             if m.issue.id in blocking:
                 print(f"    {m.issue.advice()}")

@@ -1,14 +1,29 @@
-"""The part of PEP 440 the known-issues data needs: versions and specifier sets, stdlib only.
+"""PEP 440 versions as vLLM and ROCm spell them, and the version bounds of the known-issues data. Stdlib only.
 
-The patch tool runs inside base images where nothing may be installed, so `packaging` is not available; this
-module implements what `packaging.specifiers.SpecifierSet(spec, prereleases=True).contains(v)` does for the
-operators `== != < <= > >= ~=` and `==X.*` / `!=X.*` (not `===`). tests/patches/test_pep440.py checks it
-against `packaging` on edge cases: four-part releases (0.10.1.1), a/b/rc, .post, .dev, epochs and local
-versions such as `0.10.2+rocm700`.
+The patch tool runs inside base images where nothing may be installed, so `packaging` is not available. `Version`
+parses and orders versions as `packaging.version.Version` does (tests/patches/test_pep440.py checks it against
+`packaging` on four-part releases such as 0.10.1.1, a/b/rc, .post, .dev, epochs and local labels such as
++rocm700).
 
-Pre-releases are always allowed (an installed 0.11.0rc1 is a version like any other), but the exclusive
-comparisons keep PEP 440's rules: `<0.11.0` does not match 0.11.0rc1 or 0.11.0.dev5 (pre-releases of the
-named version), `>0.10.2` does not match 0.10.2.post1 or 0.10.2+rocm700.
+`SpecifierSet` is deliberately not PEP 440's: the known-issues data bounds a row by the first release that has the
+bug (`>=X`) and the first release that has the fix (`<Y`), and a build is judged as the release it belongs to,
+conservatively:
+
+- a final release, a post release and a local build (`0.10.2`, `0.10.2.post1`, `0.10.2+rocm700`) are that public
+  version (the local label is ignored: AMD's builds of a release are that release);
+- a pre-release or development build (`0.10.2rc1`, `0.10.2.dev383+g1234abc.rocm700`) was cut somewhere before its
+  final release and cannot say which changes of that release it holds, so both bounds assume the worst: `>=X`
+  holds when its final release is X or later (it may already carry the bug), `<Y` holds while the build itself
+  sorts before Y (a dev build or rc of the fixing release is not assumed fixed).
+
+Only `>=` and `<` are accepted: every other operator either cannot express "first affected" / "first fixed" or
+has a PEP 440 special case (`>V` skipping post releases, `<V` skipping V's pre-releases) that contradicts the rule
+above. The Helm chart's templates implement the same rules (charts/vllm-rocm/templates/_known_issues.tpl); a test
+compares the two on every bound of the data in rc, dev, post and local spellings.
+
+Input is bounded: at most 100 characters, 10 release numbers and 9 digits per number of the public version (the
+chart compares numbers as float64, and Python's int() refuses more than 4300 digits); anything else is
+`InvalidVersion`.
 """
 
 from __future__ import annotations
@@ -16,6 +31,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import total_ordering
+
+MAX_LENGTH = 100
+MAX_RELEASE_NUMBERS = 10
+MAX_DIGITS = 9
+OPERATORS = (">=", "<")
 
 _VERSION_RE = re.compile(
     r"""^\s*v?
@@ -29,7 +49,7 @@ _VERSION_RE = re.compile(
     re.VERBOSE | re.IGNORECASE,
 )
 _PRE = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "rc": "rc", "c": "rc", "pre": "rc", "preview": "rc"}
-_SPEC_RE = re.compile(r"^\s*(~=|==|!=|<=|>=|<|>)\s*([^\s,;]+)\s*$")
+_SPEC_RE = re.compile(r"^\s*(>=|<)\s*([0-9][^\s,;]*)\s*$")
 
 
 class InvalidVersion(ValueError):
@@ -47,6 +67,12 @@ def _strip_zeros(release: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(r)
 
 
+def _number(text: str, original: str) -> int:
+    if len(text) > MAX_DIGITS:
+        raise InvalidVersion(f"{original!r}: the number {text[:12]}... has more than {MAX_DIGITS} digits")
+    return int(text)
+
+
 @total_ordering
 @dataclass(frozen=True, eq=False)
 class Version:
@@ -60,23 +86,32 @@ class Version:
 
     @classmethod
     def parse(cls, text: str) -> Version:
-        m = _VERSION_RE.match(str(text))
+        if not isinstance(text, str):
+            raise InvalidVersion(f"{text!r} is not a version string")
+        if len(text) > MAX_LENGTH:
+            raise InvalidVersion(f"{text[:40]!r}... is longer than {MAX_LENGTH} characters")
+        m = _VERSION_RE.match(text)
         if not m:
             raise InvalidVersion(f"{text!r} is not a PEP 440 version")
-        pre = (_PRE[m["pre_l"].lower()], int(m["pre_n"] or 0)) if m["pre_l"] else None
+        parts = m["release"].split(".")
+        if len(parts) > MAX_RELEASE_NUMBERS:
+            raise InvalidVersion(f"{text!r} has more than {MAX_RELEASE_NUMBERS} release numbers")
+        release = tuple(_number(p, text) for p in parts)
+        pre = (_PRE[m["pre_l"].lower()], _number(m["pre_n"] or "0", text)) if m["pre_l"] else None
         if m["post_n1"] is not None:
-            post: int | None = int(m["post_n1"])
+            post: int | None = _number(m["post_n1"], text)
         elif m["post_l"]:
-            post = int(m["post_n2"] or 0)
+            post = _number(m["post_n2"] or "0", text)
         else:
             post = None
-        dev = int(m["dev_n"] or 0) if m["dev_l"] else None
+        dev = _number(m["dev_n"] or "0", text) if m["dev_l"] else None
         local = (
+            # local segments are ignored by every comparison here; their length is bounded by MAX_LENGTH
             tuple(int(p) if p.isdigit() else p.lower() for p in re.split(r"[-_.]", m["local"]))
             if m["local"]
             else None
         )
-        return cls(int(m["epoch"] or 0), tuple(int(x) for x in m["release"].split(".")), pre, post, dev, local, text)
+        return cls(_number(m["epoch"] or "0", text), release, pre, post, dev, local, text.strip())
 
     @property
     def public(self) -> Version:
@@ -87,8 +122,15 @@ class Version:
         return self.pre is not None or self.dev is not None
 
     @property
-    def base(self) -> tuple[int, tuple[int, ...]]:
-        return self.epoch, _strip_zeros(self.release)
+    def final(self) -> Version:
+        """The release a pre-release or development build leads to (0.10.2rc1 -> 0.10.2, 0.10.2.post1.dev3 ->
+        0.10.2.post1); any other version's public version."""
+        if self.pre is not None:
+            return Version(self.epoch, self.release, None, None, None, None, ".".join(map(str, self.release)))
+        if self.dev is not None:
+            text = ".".join(map(str, self.release)) + (f".post{self.post}" if self.post is not None else "")
+            return Version(self.epoch, self.release, None, self.post, None, None, text)
+        return self.public
 
     def _key(self) -> tuple:
         # PEP 440 order: X.devN < XaN < XbN < XrcN < X < X.postN; a dev of a pre/post sorts just before it.
@@ -122,75 +164,48 @@ class Version:
 
 
 @dataclass(frozen=True)
-class Specifier:
+class Bound:
+    """One comparison of a specifier set: `>=X` (X is the first release with the bug) or `<Y` (Y has the fix)."""
+
     op: str
-    version: str  # as written, may end in .* for == / !=
+    version: Version
 
-    def contains(self, v: Version) -> bool:
-        op, text = self.op, self.version
-        if text.endswith(".*"):
-            return (op == "==") == _prefix_match(v, text[:-2])
-        spec = Version.parse(text)
-        if op in ("==", "!="):
-            # A specifier without a local label ignores the candidate's local label.
-            cand = v if spec.local is not None else v.public
-            return (op == "==") == (cand == spec)
-        cand = v.public
-        if op == "<=":
-            return cand <= spec
-        if op == ">=":
-            return cand >= spec
-        if op == "<":
-            if not cand < spec:
-                return False
-            # <V never matches a pre-release of V itself unless V is a pre-release.
-            return spec.is_prerelease or not (cand.is_prerelease and cand.base == spec.base)
-        if op == ">":
-            if not cand > spec:
-                return False
-            # >V never matches a post-release of V unless V is one, nor a local version of V.
-            if spec.post is None and cand.post is not None and cand.base == spec.base:
-                return False
-            return True
-        # ~=X.Y.Z  ==  >=X.Y.Z, ==X.Y.*
-        prefix = ".".join(str(x) for x in spec.release[:-1])
-        return cand >= spec and _prefix_match(v, prefix)
+    def admits(self, v: Version) -> bool:
+        """Whether a build of version `v` may be on the affected side of this bound (module docstring)."""
+        if self.op == ">=":
+            return v.final >= self.version
+        return v.public < self.version
 
-
-def _prefix_match(v: Version, prefix: str) -> bool:
-    p = Version.parse(prefix)
-    cand = v.public
-    n = len(p.release)
-    release = cand.release + (0,) * max(0, n - len(cand.release))
-    return cand.epoch == p.epoch and release[:n] == p.release
+    def __str__(self) -> str:
+        return f"{self.op}{self.version}"
 
 
 class SpecifierSet:
-    """Comma-separated specifiers, all of which must hold. The empty set matches every version."""
+    """Comma-separated `>=X` / `<Y` bounds, all of which must admit a version. The empty set admits every version."""
 
     def __init__(self, text: str) -> None:
+        if not isinstance(text, str) or len(text) > 4 * MAX_LENGTH:
+            raise InvalidSpecifier(f"{str(text)[:40]!r} is not a specifier set")
         self.text = text
-        self.specs: list[Specifier] = []
+        self.bounds: list[Bound] = []
         for part in (p for p in text.split(",") if p.strip()):
             m = _SPEC_RE.match(part)
             if not m:
-                raise InvalidSpecifier(f"{part.strip()!r} in {text!r} is not a PEP 440 specifier")
-            op, ver = m.group(1), m.group(2)
-            if ver.endswith(".*"):
-                if op not in ("==", "!="):
-                    raise InvalidSpecifier(f"{part.strip()!r}: a .* suffix needs == or !=")
-                Version.parse(ver[:-2])
-            else:
-                parsed = Version.parse(ver)
-                if op == "~=" and len(parsed.release) < 2:
-                    raise InvalidSpecifier(f"{part.strip()!r}: ~= needs at least two release numbers")
-                if parsed.local is not None and op not in ("==", "!="):
-                    raise InvalidSpecifier(f"{part.strip()!r}: only == and != take a local version")
-            self.specs.append(Specifier(op, ver))
+                raise InvalidSpecifier(
+                    f"{part.strip()!r} in {text!r}: the known-issues data bounds rows with >=FIRST_AFFECTED and"
+                    " <FIRST_FIXED only"
+                )
+            try:
+                version = Version.parse(m.group(2))
+            except InvalidVersion as exc:
+                raise InvalidSpecifier(f"{part.strip()!r} in {text!r}: {exc}") from None
+            if version.local is not None:
+                raise InvalidSpecifier(f"{part.strip()!r} in {text!r}: a bound takes no local label")
+            self.bounds.append(Bound(m.group(1), version))
 
     def contains(self, version: str | Version) -> bool:
         v = version if isinstance(version, Version) else Version.parse(version)
-        return all(s.contains(v) for s in self.specs)
+        return all(b.admits(v) for b in self.bounds)
 
     def __str__(self) -> str:
         return self.text

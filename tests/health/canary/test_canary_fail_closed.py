@@ -23,7 +23,7 @@ SEED, N = 7, 6
 
 
 def setup(tmp_path: Path, **cfg: Any) -> tuple[CanaryRunner, CanaryAnswerer, CollectorRegistry]:
-    base = make_baseline(seed=SEED, num_problems=N)
+    base = make_baseline(seed=SEED, num_problems=N, long_prompts=int(cfg.get("long_prompts", 2)))
     path = tmp_path / "baseline.json"
     base.save(path)
     answerer = CanaryAnswerer(base)
@@ -38,6 +38,30 @@ def test_the_injector_answers_right_by_default(tmp_path: Path) -> None:
     result = runner.run_once()
     assert result.outcome == "pass", result.reason
     assert answerer.seen["problem"] == N and answerer.seen["fingerprint"] == len(fingerprint.REFERENCE_TEXTS)
+    assert answerer.seen["long"] == 2
+
+
+def test_wrong_answers_to_the_long_prompts_fail_the_run(tmp_path: Path) -> None:
+    """The long prompts are the prefill rows of the mixed batch (the rows the AITER FA bug corrupted): their
+    answers are checked against the baseline's, each one."""
+    runner, answerer, _ = setup(tmp_path)
+    answerer.override("long", 200, {"choices": [{"index": 0, "text": " 99"}],
+                                    "usage": {"prompt_tokens": 100, "completion_tokens": 1}})
+    result = runner.run_once()
+    assert result.outcome == "fail" and "long prompt 0 answered 99" in result.reason, result
+    assert "long prompt 1 answered 99" in result.reason
+
+
+def test_a_baseline_without_long_answers_matches_only_a_canary_without_long_prompts(tmp_path: Path) -> None:
+    raw = json.loads(json.dumps(make_baseline(seed=SEED, num_problems=N, long_prompts=0).__dict__))
+    del raw["long_prompts"], raw["long_answers"]
+    raw["format"] = 1  # as recorded before long-prompt answers were kept
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(raw))
+    cfg = dict(baseline=str(path), seed=SEED, num_problems=N, max_requests=16, timeout=5.0)
+    with pytest.raises(BaselineError, match="2 long prompts per run != baseline's 0"):
+        CanaryRunner(CanaryConfig(**cfg), "http://injector", CollectorRegistry(), model="m")
+    CanaryRunner(CanaryConfig(**cfg, long_prompts=0), "http://injector", CollectorRegistry(), model="m")
 
 
 WRONG_SHAPES = [
@@ -47,11 +71,15 @@ WRONG_SHAPES = [
     ("problem", {"choices": [{"text": 7}]}),                              # a number where a string belongs
     ("problem", {"choices": [{"text": " 7"}], "usage": {"prompt_tokens": "ten"}}),  # string where a count belongs
     ("problem", {"choices": "all of them"}),
-    ("fingerprint", {"choices": [{"text": "x", "logprobs": {"token_logprobs": ["-1.0", "-2.0"]}}]}),
+    ("fingerprint", {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": ["-1.0", "-2.0"]}}]}),
     ("fingerprint", {"choices": [{"text": "x", "logprobs": None}]}),
-    ("fingerprint", {"choices": [{"text": "x", "logprobs": {"token_logprobs": [True, False]}}]}),
+    ("fingerprint", {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": [True, False]}}]}),
     ("fingerprint", "ok"),
     ("long", None),
+    ("problem", {"choices": [{"index": 0, "text": " 7"}, {"index": 1, "text": " 8"}]}),  # two answers to one prompt
+    ("problem", {"choices": [{"index": 1, "text": " 7"}]}),                # an answer to another prompt
+    ("problem", {"choices": [{"text": " 7"}]}),                            # no index
+    ("long", {"choices": [{"index": 0, "text": " 1"}, {"index": 0, "text": " 2"}]}),
     ("models", {"data": "m"}),
     ("models", {"data": [{"id": 42}]}),
 ]
@@ -94,8 +122,8 @@ def test_any_exception_inside_a_run_is_an_error(tmp_path: Path, monkeypatch: pyt
 def test_non_finite_or_null_logprobs_never_agree(tmp_path: Path, bad: float | None) -> None:
     runner, answerer, reg = setup(tmp_path)
     good = answerer.baseline.fingerprints[1]
-    answerer.override("fingerprint", 200, {"choices": [{"text": "x", "logprobs": {"token_logprobs":
-                                                                                    [None, bad, *good[2:]]}}]})
+    lps = [None, bad, *good[2:]]
+    answerer.override("fingerprint", 200, {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": lps}}]})
     result = runner.run_once()
     assert result.outcome == "fail", result
     assert result.drift == math.inf and "drift" in result.reason
@@ -112,11 +140,14 @@ def test_drift_needs_finite_agreement() -> None:
 
 
 def test_judge_passes_only_finite_measurements_inside_bounds() -> None:
-    ok = judge(1.0, 0.85, 1.0, 0.0, 0.3, None, [1], 1)
+    ok = judge(1.0, 0.85, 1.0, 0.0, 0.3, None, [1], 1, [])
     assert ok.outcome == "pass"
     for score, drift in ((math.nan, 0.0), (1.0, math.nan), (0.5, 0.0), (1.0, 0.31), (-math.inf, 0.0)):
-        assert judge(score, 0.85, 1.0, drift, 0.3, None, [1], 1).outcome == "fail", (score, drift)
-    assert judge(1.0, 0.85, 1.0, 0.0, 0.3, False, [2], 1).outcome == "fail"
+        assert judge(score, 0.85, 1.0, drift, 0.3, None, [1], 1, []).outcome == "fail", (score, drift)
+    assert judge(1.0, 0.85, 1.0, 0.0, 0.3, False, [2], 1, []).outcome == "fail"
+    # the long prompts' answers must have been checked, and right
+    assert judge(1.0, 0.85, 1.0, 0.0, 0.3, None, [1], 1).outcome == "fail"
+    assert judge(1.0, 0.85, 1.0, 0.0, 0.3, None, [1], 1, ["long prompt 0 answered 3, baseline 4"]).outcome == "fail"
 
 
 # -- baselines: every field checked, named ---------------------------------------------------------------------
@@ -197,7 +228,7 @@ def fingerprint_bodies(draw: st.DrawFn, base: list[float | None]) -> Any:
     values = [v if draw(st.booleans()) else draw(numbers) for v in base]
     values = values[:draw(st.integers(0, len(values) + 1))] + draw(st.lists(numbers, max_size=1))
     return draw(st.sampled_from([
-        {"choices": [{"text": "x", "logprobs": {"token_logprobs": values}}]},
+        {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": values}}]},
         {"choices": [{"logprobs": {"token_logprobs": draw(json_values)}}]},
         draw(json_values),
     ]))

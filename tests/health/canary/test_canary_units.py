@@ -109,8 +109,12 @@ def test_server_down_is_an_error_not_a_crash(tmp_path: Path) -> None:
 
 
 def test_disabled_without_baseline() -> None:
-    runner = CanaryRunner(CanaryConfig(), "http://127.0.0.1:1", CollectorRegistry())
+    reg = CollectorRegistry()
+    runner = CanaryRunner(CanaryConfig(enabled=False), "http://127.0.0.1:1", reg)
     assert not runner.enabled
+    assert reg.get_sample_value("vllm_canary_configured") == 0
+    with pytest.raises(BaselineError, match="enabled but has no baseline"):
+        CanaryRunner(CanaryConfig(), "http://127.0.0.1:1", CollectorRegistry())
     with pytest.raises(RuntimeError, match="no baseline"):
         runner.run_once()
 

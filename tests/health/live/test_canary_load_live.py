@@ -19,8 +19,7 @@ from vllm_rocm_health.canary import problems
 from vllm_rocm_stack.bench.load import SteadyLoad
 from vllm_rocm_stack.vllm_server import VllmServer
 
-from tests.health.live.conftest import CanaryTiming
-from tests.support.canary import CFG
+from tests.support.canary import CFG, CanaryTiming
 from tests.support.sidecar import SidecarProcess
 
 pytestmark = pytest.mark.live
@@ -87,7 +86,9 @@ def test_the_canary_backs_off_and_cancels_on_a_busy_server(vllm_server: VllmServ
                              "--canary-interval", f"{interval:.2f}", "--canary-timeout", f"{timeout:.2f}",
                              "--canary-max-backoff-intervals", str(BACKOFF), "--canary-idle-probe-after", "0",
                              "--model", model,  # no /v1/models requests: every canary request is a completion
-                             "--health-interval", "1", "--health-timeout", str(canary_timing.patience)],
+                             "--health-interval", "1",
+                             # the sidecar takes at most 600 s; patience grows with how busy the machine is
+                             "--health-timeout", str(min(600.0, canary_timing.patience))],
                             tmp_path / "sidecar.out")
         try:
             with Held(url) as held:

@@ -18,7 +18,7 @@ from vllm_rocm_health.canary import CanaryConfig
 from vllm_rocm_stack.proxy import SwitchableProxy
 from vllm_rocm_stack.vllm_server import VllmServer
 
-from tests.health.live.conftest import CanaryTiming
+from tests.support.canary import CanaryTiming
 from tests.support.sidecar import SidecarProcess
 
 pytestmark = pytest.mark.live

@@ -17,7 +17,8 @@ Run the distribution's whole stack on one machine.
   cpu   (default) a real vLLM CPU build serving a small offline model, the health sidecar following its
         log and API (capture state + accuracy canary), and Prometheus scraping both with the shipped
         alert rules. Needs no GPU and no network. Set up first with `make setup-vllm` (make run does it).
-  rocm  on a real AMD GPU node: `docker compose -f docker/compose.yaml up` with the ROCm images.
+  rocm  on a real AMD GPU node: `docker compose -f docker/compose.yaml up` with the ROCm images (add an
+        accuracy overlay with --compose-file, see docker/README.md).
 
 Select with --target or VLLM_ROCM_STACK_TARGET. Stops everything cleanly on Ctrl-C.
 
@@ -54,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--target", choices=("cpu", "rocm"), default=os.environ.get("VLLM_ROCM_STACK_TARGET", "cpu"),
                      help="cpu: local CPU stack (default); rocm: docker compose on an AMD node")
-    run.add_argument("--compose-file", type=Path, default=REPO / "docker" / "compose.yaml",
-                     help="compose file for --target rocm")
+    run.add_argument("--compose-file", type=Path, action="append", default=None,
+                     help="compose file for --target rocm, repeatable: docker/compose.yaml and one accuracy overlay "
+                          "(compose.baseline.yaml, compose.qualified.yaml or compose.no-canary.yaml; without one the "
+                          "sidecar refuses to start, see docker/README.md). Default: docker/compose.yaml")
     run.add_argument("--profile", action="append", default=["monitoring"],
                      help="compose profiles for --target rocm (default: monitoring)")
     _add_config_flags(run)
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from .stack import run_compose, run_stack  # late: keeps --help instant
 
     if args.target == "rocm":
-        return run_compose(args.compose_file, args.profile)
+        return run_compose(args.compose_file or [REPO / "docker" / "compose.yaml"], args.profile)
     cfg = StackConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(StackConfig)})
     return run_stack(cfg)
 

@@ -152,8 +152,8 @@ ROWS: list[tuple[str, list[PanelSpec]]] = [
         PanelSpec(
             "Requested vs effective cudagraph_mode", "table",
             [_q(f"vllm_cudagraph_mode_info{{{SIDECAR}}}", instant=True, table=True)],
-            "What was asked for (--compilation-config / --requested-mode) and what vLLM runs. They differ after a "
-            "downgrade (the attention backend does not support the requested mode).",
+            "What was asked for (--compilation-config / the sidecar's --expected-mode) and what vLLM runs. They "
+            "differ after a downgrade (the attention backend does not support the requested mode).",
             width=12),
         PanelSpec(
             "Mode downgrades and eager engines", "timeseries",

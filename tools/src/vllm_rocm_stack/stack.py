@@ -242,14 +242,16 @@ def run_stack(cfg: StackConfig) -> int:
         stack.shutdown()
 
 
-def run_compose(compose_file: Path, profiles: list[str]) -> int:
+def run_compose(compose_files: list[Path], profiles: list[str]) -> int:
     """The ROCm path on a real AMD node: docker compose with the distribution's images."""
     for dev in ("/dev/kfd", "/dev/dri"):
         if not Path(dev).exists():
             print(f"vllm-rocm-stack: error: {dev} not found: the ROCm path needs an AMD GPU node "
                   "(use the default CPU stack on this machine)", file=sys.stderr)
             return 2
-    cmd = ["docker", "compose", "-f", str(compose_file)]
+    cmd = ["docker", "compose"]
+    for f in compose_files:
+        cmd += ["-f", str(f)]
     for p in profiles:
         cmd += ["--profile", p]
     cmd += ["up", "--abort-on-container-exit"]

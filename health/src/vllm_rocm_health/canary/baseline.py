@@ -11,7 +11,9 @@ from typing import Any
 
 from . import fingerprint, problems
 
-FORMAT = 1
+# 2: the answers to the long prompts (the prefill rows of the mixed batch) are recorded and checked. A format-1 file
+# has none: it loads with long_prompts 0, so it matches only a canary run with --canary-long-prompts 0.
+FORMAT = 2
 
 
 class BaselineError(Exception):
@@ -27,6 +29,8 @@ class Baseline:
     answers: list[int | None]
     score: float
     fingerprints: list[list[float | None]]
+    long_prompts: int = 0
+    long_answers: list[int | None] = field(default_factory=list)
     created: float = field(default_factory=time.time)
     server_version: str = ""
     notes: str = ""
@@ -47,10 +51,20 @@ class Baseline:
                                 "`vllm-rocm-health baseline record --out FILE` against a known-good server") from e
         except (OSError, ValueError) as e:
             raise BaselineError(f"baseline {path} is unreadable: {e}") from e
+        return cls.from_raw(raw, f"baseline {path}")
+
+    @classmethod
+    def from_raw(cls, raw: Any, source: str = "baseline") -> Baseline:
+        """A baseline from its JSON object (a file's, or the one a qualification report embeds), checked in full."""
         if not isinstance(raw, dict):
-            raise BaselineError(f"baseline {path}: expected a JSON object, got {type(raw).__name__}")
+            raise BaselineError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+        fmt = raw.get("format")
+        if type(fmt) is not int:  # `true` equals 1 in Python: a JSON boolean (or 1.0) is no format number
+            raise BaselineError(f"{source}: format {fmt!r}, this sidecar reads {FORMAT}")
+        if fmt == 1 and not ({"long_prompts", "long_answers"} & set(raw)):
+            raw = {**raw, "format": FORMAT}  # recorded without long-prompt answers: long_prompts 0
         if raw.get("format") != FORMAT:
-            raise BaselineError(f"baseline {path}: format {raw.get('format')!r}, this sidecar reads {FORMAT}")
+            raise BaselineError(f"{source}: format {raw.get('format')!r}, this sidecar reads {FORMAT}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         missing = sorted(f.name for f in fields(cls) if f.name not in raw and f.default is MISSING
@@ -58,11 +72,11 @@ class Baseline:
         if unknown or missing:
             parts = [f"unknown fields {unknown}"] if unknown else []
             parts += [f"missing fields {missing}"] if missing else []
-            raise BaselineError(f"baseline {path}: " + "; ".join(parts))
+            raise BaselineError(f"{source}: " + "; ".join(parts))
         b = cls(**raw)
         problem = b.problem()
         if problem:
-            raise BaselineError(f"baseline {path}: {problem}")
+            raise BaselineError(f"{source}: {problem}")
         return b
 
     def problem(self) -> str:
@@ -89,6 +103,12 @@ class Baseline:
         expected = problems.score(problems.generate(self.seed, self.num_problems), self.answers)
         if abs(expected - self.score) > 1e-9:
             return f"score {self.score} does not match its answers ({expected:.3f}): the file was edited"
+        if not is_int(self.long_prompts) or self.long_prompts < 0:
+            return f"long_prompts {self.long_prompts!r} is not a non-negative integer"
+        if not isinstance(self.long_answers, list) or not all(a is None or is_int(a) for a in self.long_answers):
+            return f"long_answers {str(self.long_answers)[:80]} are not a list of integers or nulls"
+        if len(self.long_answers) != self.long_prompts:
+            return f"{len(self.long_answers)} long_answers for {self.long_prompts} long prompts"
         if not isinstance(self.fingerprints, list) or len(self.fingerprints) != len(fingerprint.REFERENCE_TEXTS):
             return (f"fingerprints: expected {len(fingerprint.REFERENCE_TEXTS)} lists (one per reference text), "
                     f"got {str(self.fingerprints)[:80]}")
@@ -104,9 +124,12 @@ class Baseline:
                 return f"{name} {getattr(self, name)!r} is not a string"
         return ""
 
-    def check_matches(self, model: str, seed: int, num_problems: int) -> None:
+    def check_matches(self, model: str, seed: int, num_problems: int, long_prompts: int | None = None) -> None:
         """A baseline is only valid for the model and problem set it was taken with."""
         problems = []
+        if long_prompts is not None and long_prompts != self.long_prompts:
+            old = " (a baseline recorded before long-prompt answers were kept has 0)" if self.long_prompts == 0 else ""
+            problems.append(f"{long_prompts} long prompts per run != baseline's {self.long_prompts}{old}")
         if model != self.model:
             problems.append(f"model {model!r} != baseline's {self.model!r}")
         if seed != self.seed:

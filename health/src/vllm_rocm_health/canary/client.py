@@ -98,9 +98,16 @@ class CompletionClient:
 
     @staticmethod
     def _first_choice(path: str, data: dict[str, Any]) -> dict[str, Any]:
+        """The one choice a one-prompt, n=1 request must get: exactly one, with index 0. Two choices, or one of
+        another index, is an answer to some other question; taking choices[0] anyway would judge the wrong text."""
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise CanaryError(f"{path}: no choices in answer: {str(data)[:200]}", MALFORMED)
+        if len(choices) != 1:
+            raise CanaryError(f"{path}: {len(choices)} choices for one prompt: {str(data)[:200]}", MALFORMED)
+        index = choices[0].get("index")
+        if not (isinstance(index, int) and not isinstance(index, bool) and index == 0):
+            raise CanaryError(f"{path}: the choice has index {index!r}, not 0", MALFORMED)
         return choices[0]
 
     def model_id(self) -> str:

@@ -11,8 +11,12 @@ DAY = 86400.0
 
 @dataclass
 class CanaryConfig:
+    enabled: bool = field(default=True, metadata={
+        "help": "run the accuracy canary. It needs a baseline (--canary-baseline, or --qualification): the sidecar "
+                "refuses to start without one. --no-canary-enabled is the explicit opt-out: the sidecar then says "
+                "at start and in vllm_canary_configured 0 that wrong tokens will not be caught"})
     baseline: Optional[str] = field(default=None, metadata={  # noqa: UP045 - the flag generator reads Optional
-        "help": "baseline JSON recorded with `vllm-rocm-health baseline record`; the canary runs only when set"})
+        "help": "baseline JSON recorded with `vllm-rocm-health baseline record` on a known-good server"})
     interval: float = field(default=300.0, metadata={
         "help": "seconds between canary runs (start to start)", "range": (1.0, DAY)})
     num_problems: int = field(default=8, metadata={

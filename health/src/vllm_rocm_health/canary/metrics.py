@@ -41,6 +41,9 @@ class MeasuredGauge(Collector):
 
 class CanaryMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.configured = Gauge("vllm_canary_configured",
+                                "1 when the accuracy canary runs; 0 when it was switched off on purpose "
+                                "(--no-canary-enabled): wrong tokens are then not caught", registry=registry)
         # score, drift, passing: absent until a canary run measured them (MeasuredGauge)
         self.score = MeasuredGauge("vllm_canary_score_ratio", "Last canary task score (exact-answer problems), 0..1",
                                    registry)

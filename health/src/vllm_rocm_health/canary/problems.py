@@ -43,10 +43,20 @@ def score(problems: list[Problem], answers: list[int | None]) -> float:
     return sum(1 for p, a in zip(problems, answers, strict=True) if a == p.answer) / len(problems)
 
 
-# Long texts for the prefill side of mixed batches; their own outputs are not scored.
+# Long texts for the prefill side of mixed batches. Each long prompt ends in a sum of its own, and its answer must be
+# the baseline's: the long prompts are the prefill rows of the mixed batch, the rows the AITER FA bug corrupted.
 LONG_TEXT = (
     "The history of computing is a story of layered abstractions. Early machines were programmed by rewiring "
     "panels; stored programs followed, then assemblers, compilers, operating systems and networks. Each layer "
     "hid the one below it and made new kinds of work possible, while also making failures in the lower layers "
     "harder to see from above. "
 ) * 5
+
+
+def long_problems(seed: int, count: int) -> list[Problem]:
+    """The sums the long prompts end in (a problem set of their own, so the short problems stay as recorded)."""
+    return generate(seed + 1, count)
+
+
+def long_prompt(problem: Problem) -> str:
+    return f"{LONG_TEXT}\n\n{problem.prompt}"

@@ -49,7 +49,7 @@ def budget(cfg: CanaryConfig) -> tuple[int, int]:
 
 class CanaryRunner:
     def __init__(self, cfg: CanaryConfig, base_url: str, registry: CollectorRegistry, model: str | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, baseline: Baseline | None = None) -> None:
         self.cfg = cfg
         self.transport = transport
         self.base_url = base_url
@@ -69,19 +69,22 @@ class CanaryRunner:
         if n_problems < cfg.num_problems:
             log.warning("canary: max_requests=%d leaves room for %d of %d problems", cfg.max_requests, n_problems,
                         cfg.num_problems)
-        if cfg.baseline:
+        self.metrics.configured.set(int(cfg.enabled))
+        if cfg.enabled and (cfg.baseline or baseline is not None):
             # A bad baseline is a configuration error: fail at start, not at the first run.
-            self.baseline = Baseline.load(Path(cfg.baseline))
-            if model is not None:
-                self.baseline.check_matches(model, cfg.seed, cfg.num_problems)
-            else:
-                self.baseline.check_matches(self.baseline.model, cfg.seed, cfg.num_problems)
+            self.baseline = Baseline.load(Path(cfg.baseline)) if cfg.baseline else baseline
+            assert self.baseline is not None
+            self.baseline.check_matches(model if model is not None else self.baseline.model, cfg.seed,
+                                        cfg.num_problems, budget(cfg)[1])
             if self.threshold <= 0.0:
                 raise BaselineError(
                     f"baseline score {self.baseline.score:.2f} minus --canary-score-tolerance {cfg.score_tolerance} "
                     "leaves a threshold of 0: the score check could never fail. Record the baseline with a model and "
                     "problem set it answers (most sums right), or lower the tolerance")
             self.metrics.threshold.set(self.threshold)
+
+        elif cfg.enabled:
+            raise BaselineError("the canary is enabled but has no baseline")
 
     @property
     def enabled(self) -> bool:
@@ -143,10 +146,12 @@ class CanaryRunner:
 
     def _run(self, client: CompletionClient, base: Baseline, t0: float) -> CanaryResult:
         model = self.model or client.model_id()
-        base.check_matches(model, self.cfg.seed, self.cfg.num_problems)
         n_problems, n_long = budget(self.cfg)
+        base.check_matches(model, self.cfg.seed, self.cfg.num_problems, n_long)
         todo = self.problems[:n_problems]
         answers: list[int | None] = [None] * len(todo)
+        long_todo = problems.long_problems(self.cfg.seed, n_long)
+        long_answers: list[int | None] = [None] * n_long
 
         # After idle, the first request alone: cold replays corrupted their own prefill (vllm#52150).
         idle_ok: bool | None = None
@@ -161,15 +166,15 @@ class CanaryRunner:
         # (each bounded by the timeout), so a run never leaves requests behind on the server.
         start = 1 if idle_ok is not None else 0
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency) + n_long) as pool:
-            longs = [pool.submit(client.complete, model, problems.LONG_TEXT + f"\n\nPart {i}:", self.cfg.max_tokens)
-                     for i in range(n_long)]
+            longs = [pool.submit(client.complete, model, problems.long_prompt(p), self.cfg.max_tokens)
+                     for p in long_todo]
             futs = {i: pool.submit(client.complete, model, todo[i].prompt, self.cfg.max_tokens)
                     for i in range(start, len(todo))}
             try:
                 for i, f in futs.items():
                     answers[i] = problems.parse_answer(f.result())
-                for f in longs:
-                    f.result()  # a failure here is a server error too
+                for i, f in enumerate(longs):
+                    long_answers[i] = problems.parse_answer(f.result())
             except BaseException:
                 for f in (*futs.values(), *longs):
                     f.cancel()
@@ -178,8 +183,10 @@ class CanaryRunner:
         score = problems.score(todo, answers)
         current = [client.prompt_logprobs(model, t) for t in fingerprint.REFERENCE_TEXTS]
         drift = fingerprint.drift(base.fingerprints, current)
-        return judge(score, self.threshold, base.score, drift, self.cfg.fingerprint_tolerance, idle_ok,
-                     answers, base.answers[0] if base.answers else None)
+        verdict = judge(score, self.threshold, base.score, drift, self.cfg.fingerprint_tolerance, idle_ok,
+                        answers, base.answers[0] if base.answers else None,
+                        long_mismatches(long_answers, base.long_answers))
+        return verdict
 
     def _record(self, r: CanaryResult) -> None:
         m = self.metrics
@@ -204,8 +211,17 @@ class CanaryRunner:
         log.log(level, "canary %s in %.1f s: %s", r.outcome, r.duration, r.reason)
 
 
+def long_mismatches(answers: list[int | None], baseline: list[int | None]) -> list[str]:
+    """The long prompts whose answer is not the baseline's (all of them when the counts differ)."""
+    if len(answers) != len(baseline):
+        return [f"{len(answers)} long-prompt answers for the baseline's {len(baseline)}"]
+    pairs = enumerate(zip(answers, baseline, strict=True))
+    return [f"long prompt {i} answered {a}, baseline {b}" for i, (a, b) in pairs if a != b]
+
+
 def judge(score: float, threshold: float, baseline_score: float, drift: float, tolerance: float,
-          idle_ok: bool | None, answers: list[int | None], baseline_first: int | None) -> CanaryResult:
+          idle_ok: bool | None, answers: list[int | None], baseline_first: int | None,
+          long_wrong: list[str] | None = None) -> CanaryResult:
     """The verdict of one completed run. `pass` needs every measurement present, finite and inside its bound,
     written as positive conditions: a NaN compares false with everything, so `not drift > tolerance` would pass
     it; `drift <= tolerance` does not."""
@@ -216,6 +232,10 @@ def judge(score: float, threshold: float, baseline_score: float, drift: float, t
         failures.append(f"fingerprint drift {drift:.3f} > {tolerance} nats")
     if idle_ok is False:
         failures.append(f"after-idle probe answered {answers[0]}, baseline {baseline_first}")
+    if long_wrong is None:
+        failures.append("the long prompts' answers were not checked")
+    else:
+        failures.extend(long_wrong)
     if failures:
         return CanaryResult("fail", "; ".join(failures), score, drift, idle_ok, answers)
     return CanaryResult("pass", f"score {score:.2f}, drift {drift:.3f}", score, drift, idle_ok, answers)
@@ -228,10 +248,14 @@ def record_baseline(cfg: CanaryConfig, base_url: str, model: str | None = None, 
         model = model or client.model_id()
         todo = problems.generate(cfg.seed, cfg.num_problems)
         answers = [problems.parse_answer(client.complete(model, p.prompt, cfg.max_tokens)) for p in todo]
+        n_long = budget(cfg)[1]
+        long_answers = [problems.parse_answer(client.complete(model, problems.long_prompt(p), cfg.max_tokens))
+                        for p in problems.long_problems(cfg.seed, n_long)]
         prints = [client.prompt_logprobs(model, t) for t in fingerprint.REFERENCE_TEXTS]
         version = client.server_version()
     finally:
         client.close()
     return Baseline(model=model, seed=cfg.seed, num_problems=cfg.num_problems, max_tokens=cfg.max_tokens,
                     answers=answers, score=problems.score(todo, answers), fingerprints=prints,
+                    long_prompts=n_long, long_answers=long_answers,
                     server_version=version, notes=notes)

@@ -8,15 +8,15 @@ from pathlib import Path
 _PREFIX = "(APIServer pid=4120) INFO 12-02 11:{m:02d}:{s:02d} [{src}] "
 _ENGINE = "(EngineCore_DP0 pid=4391) INFO 12-02 11:{m:02d}:{s:02d} [{src}] "
 
-_STARTUP = [  # messages after the engine prefix; they contain braces, so they are not format templates
-    "Initializing a V1 LLM engine (v0.14.0) with config: model='meta-llama/Llama-3.1-70B-Instruct', "
+_STARTUP = [  # (module, message) after the engine prefix; messages contain braces, so they are not format templates
+    ("core.py:93", "Initializing a V1 LLM engine (v0.14.0) with config: model='meta-llama/Llama-3.1-70B-Instruct', "
     "speculative_config=None, tokenizer='meta-llama/Llama-3.1-70B-Instruct', dtype=torch.bfloat16, max_seq_len=10240, "
     "tensor_parallel_size=8, quantization=fp8, enforce_eager=False, compilation_config={'level': None, "
     "'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, "
-    "'max_cudagraph_capture_size': 512, 'use_inductor_graph_partition': False}",
-    "Using Aiter Flash Attention backend.",
-    "Model loading took 67.8 GiB and 41.2 seconds",
-    "Available KV cache memory: 95.31 GiB",
+    "'max_cudagraph_capture_size': 512, 'use_inductor_graph_partition': False}"),
+    ("rocm.py:253", "Using Aiter Flash Attention backend."),
+    ("gpu_model_runner.py:2877", "Model loading took 67.8 GiB and 41.2 seconds"),
+    ("gpu_worker.py:359", "Available KV cache memory: 95.31 GiB"),
 ]
 _BAR = ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): {pct:3d}%|{bar:<10}| {n}/67 "
         "[00:{s:02d}<00:{r:02d},  5.81it/s]")
@@ -35,8 +35,8 @@ def generate(path: Path, lines: int, seed: int = 7) -> int:
     rng = random.Random(seed)
     with path.open("w", encoding="utf-8") as out:
         written = 0
-        for t in _STARTUP:
-            out.write(_ENGINE.format(m=0, s=1, src="core.py:93") + t + "\n")
+        for src, t in _STARTUP:
+            out.write(_ENGINE.format(m=0, s=1, src=src) + t + "\n")
             written += 1
         for i in range(0, 68, 4):
             pct = i * 100 // 67

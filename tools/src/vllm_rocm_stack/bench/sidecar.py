@@ -21,7 +21,8 @@ SLICES = 8
 def bench_sidecar(work: Path, reps: int, load_lines: int, idle_seconds: float) -> dict:
     log = work / "live.log"
     log.write_text("")
-    sc = SidecarProcess(["--log-source", f"file:{log}", "--vllm-url", "http://127.0.0.1:9", "--health-interval", "5"],
+    sc = SidecarProcess(["--log-source", f"file:{log}", "--vllm-url", "http://127.0.0.1:9", "--health-interval", "5",
+                         "--no-canary-enabled"],
                         work / "sidecar.out")
     try:
         latencies = []

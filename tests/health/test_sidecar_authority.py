@@ -1,0 +1,214 @@
+"""The sidecar is the authority on what runs (issue 18): its verdicts come from vLLM's own log lines, bound to the
+engine instance they measured.
+
+- a canary pass belongs to one engine instance: an engine restart, a new capture, a new engine pid or a /health
+  outage makes /readyz 503 until the canary passes again, and the canary runs at once instead of at its interval;
+- the running cudagraph mode is compared with the one the deployment asked for (`--expected-mode`), a mode the
+  qualification failed is refused, a verified unmitigated known issue keeps the pod out (unless allowed);
+- client text in the log (access lines, logged prompts and stop strings) is never an engine event.
+
+The vLLM side is the named failure injector (tests/support/injector.py) for the canary's answers and /health, and
+log files written from vLLM's own templates (health/fixtures); the live tests do the same against the real vLLM CPU
+server (tests/health/live/test_authority_live.py)."""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.canary import make_baseline
+from tests.support.injector import AnswererServer, CanaryAnswerer
+from tests.support.sidecar import SidecarProcess
+
+FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
+SEED, N = 7, 6
+# A long interval: every canary run these tests see was started by a new engine instance, not by the clock.
+CANARY_FLAGS = ["--canary-seed", str(SEED), "--canary-num-problems", str(N), "--canary-idle-probe-after", "0",
+                "--model", "m", "--canary-interval", "3600", "--canary-timeout", "5", "--health-interval", "0.2"]
+# vLLM 0.14, AITER FA, FULL_AND_PIECEWISE captured; no known issue applies to it.
+ENGINE = (FIXTURES / "v0.14.0-dict-default.log").read_text()
+
+
+@pytest.fixture
+def answerer(tmp_path: Path) -> Iterator[tuple[CanaryAnswerer, AnswererServer, Path]]:
+    base = make_baseline(seed=SEED, num_problems=N)
+    path = tmp_path / "baseline.json"
+    base.save(path)
+    a = CanaryAnswerer(base)
+    server = AnswererServer(a)
+    yield a, server, path
+    server.close()
+
+
+def start(tmp_path: Path, answerer, log_text: str, *extra: str) -> tuple[SidecarProcess, Path]:
+    _, server, path = answerer
+    log = tmp_path / "vllm.log"
+    log.write_text(log_text)
+    sc = SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--canary-baseline", str(path),
+                         *CANARY_FLAGS, *extra], tmp_path / "sidecar.out")
+    return sc, log
+
+
+def wait_code(sc: SidecarProcess, code: int, reason: str = "", timeout: float = 30.0) -> dict:
+    def ok() -> bool:
+        c, body = sc.ready()
+        return c == code and reason in body["reason"]
+    assert sc.wait_for(ok, timeout), (sc.ready(), sc.log_path.read_text()[-3000:])
+    return sc.ready()[1]
+
+
+def append(path: Path, text: str) -> None:
+    with path.open("a") as f:
+        f.write(text)
+
+
+def runs(sc: SidecarProcess) -> float:
+    return sc.total("vllm_canary_runs_total")
+
+
+def test_a_restarted_engine_needs_its_own_canary_pass_and_gets_it_at_once(tmp_path: Path, answerer) -> None:
+    sc, log = start(tmp_path, answerer, ENGINE, "--expected-mode", "FULL_AND_PIECEWISE")
+    try:
+        wait_code(sc, 200, "ok")
+        before, instances = runs(sc), sc.total("vllm_engine_instances_total")
+        # The same engine restarts behind the same log (new pid): the old pass does not vouch for it.
+        append(log, ENGINE.replace("pid=412", "pid=990"))
+        assert sc.total("vllm_engine_instances_total") > instances or sc.wait_for(
+            lambda: sc.total("vllm_engine_instances_total") > instances, 10)
+        # ...and it is back in service with a pass of its own, long before the 3600 s interval.
+        wait_code(sc, 200, "ok")
+        assert runs(sc) > before
+        assert sc.total("vllm_engine_restarts_total") == 1
+    finally:
+        assert sc.stop() == 0
+
+
+def test_a_pass_does_not_outlive_a_health_outage(tmp_path: Path, answerer) -> None:
+    a, _, _ = answerer
+    sc, log = start(tmp_path, answerer, ENGINE)
+    try:
+        wait_code(sc, 200, "ok")
+        before = runs(sc)
+        a.health_status = 503
+        wait_code(sc, 503, "/health is failing")
+        # Once /health is back, the old pass is void: Ready again only after a new run (the interval is an hour,
+        # so the run that comes is the one the outage started).
+        a.health_status = 200
+        wait_code(sc, 200, "ok")
+        assert runs(sc) > before
+        assert "vLLM /health failed" in sc.log_path.read_text()
+    finally:
+        assert sc.stop() == 0
+
+
+def test_the_mode_vllm_runs_is_checked_against_the_expected_one(tmp_path: Path, answerer) -> None:
+    # The deployment asked for FULL_DECODE_ONLY, a wrapper made vLLM run its default FULL_AND_PIECEWISE.
+    sc, _ = start(tmp_path, answerer, ENGINE, "--expected-mode", "FULL_DECODE_ONLY")
+    try:
+        body = wait_code(sc, 503, "vLLM runs cudagraph_mode FULL_AND_PIECEWISE")
+        assert "the deployment asked for FULL_DECODE_ONLY" in body["reason"], body
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_mismatch") == 1
+    finally:
+        assert sc.stop() == 0
+
+
+def test_a_config_line_without_a_readable_mode_is_not_ready(tmp_path: Path, answerer) -> None:
+    text = re.sub(r"'cudagraph_mode': <CUDAGraphMode\.\w+: [^>]*>", "'cudagraph_mode': ?", ENGINE)
+    if "'cudagraph_mode': ?" not in text:  # the fixture's config line must carry the mode this test removes
+        text = ENGINE.replace("compilation_config=", "compilation_config_gone=")
+    sc, _ = start(tmp_path, answerer, text, "--expected-mode", "FULL_AND_PIECEWISE")
+    try:
+        wait_code(sc, 503, "shows no cudagraph_mode")
+    finally:
+        assert sc.stop() == 0
+
+
+def qualification_report(tmp_path: Path, failed: str) -> Path:
+    base = json.loads(json.dumps(make_baseline(seed=SEED, num_problems=N).__dict__))
+    rows = [{"mode": "NONE", "verdict": "pass"}, {"mode": "FULL_AND_PIECEWISE", "verdict": "pass"},
+            {"mode": failed, "verdict": "fail", "verdict_reason": "205 of 257 comparisons wrong"}]
+    raw = {"kind": "vllm-rocm-qualification", "format": 1, "vllm_version": "0.33.0", "served_model_name": "m",
+           "recommended": "FULL_AND_PIECEWISE", "rows": rows, "baseline": base}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_a_mode_the_qualification_failed_is_refused_even_when_vllm_chose_it(tmp_path: Path, answerer) -> None:
+    # FULL_AND_PIECEWISE asked for; vLLM logs a downgrade to PIECEWISE, which the report failed.
+    lines = [x for x in ENGINE.splitlines() if "(decode, FULL)" not in x]
+    at = next(i for i, x in enumerate(lines) if "Available KV cache memory" in x)
+    lines.insert(at + 1, "(EngineCore_DP0 pid=412) WARNING 12-02 11:00:05 [gpu_model_runner.py:5094] "
+                 "CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend "
+                 "AiterFlashAttentionBackend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); "
+                 "setting cudagraph_mode=PIECEWISE")
+    _, server, _ = answerer
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(lines) + "\n")
+    report = qualification_report(tmp_path, "PIECEWISE")
+    sc = SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(report),
+                         "--expected-mode", "FULL_AND_PIECEWISE", *CANARY_FLAGS], tmp_path / "sidecar.out")
+    try:
+        body = wait_code(sc, 503, "qualification report failed")
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_failed_qualification") == 1, body
+    finally:
+        assert sc.stop() == 0
+
+
+def test_a_report_that_failed_the_expected_mode_stops_the_start(tmp_path: Path, answerer) -> None:
+    _, server, _ = answerer
+    log = tmp_path / "vllm.log"
+    log.write_text("")
+    report = qualification_report(tmp_path, "FULL")
+    with pytest.raises(RuntimeError, match="cudagraph_mode FULL failed qualification"):
+        SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(report),
+                        "--expected-mode", "FULL", *CANARY_FLAGS], tmp_path / "sidecar.out")
+
+
+IMAGE_0102 = (FIXTURES / "v0.10.2-image-aiter-fa-full-fp8kv.log").read_text()
+
+
+def test_a_verified_known_issue_on_the_running_engine_keeps_the_pod_out(tmp_path: Path, answerer) -> None:
+    # vLLM 0.10.2, AITER FA, FULL, no patch applied (the image's facts line says so): silently wrong tokens.
+    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL")
+    try:
+        body = wait_code(sc, 503, "aiter-fa-full-cudagraph-always")
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="known_issue") == 1, body
+    finally:
+        assert sc.stop() == 0
+
+
+def test_the_allow_list_is_the_only_way_past_a_known_issue(tmp_path: Path, answerer) -> None:
+    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL")
+    try:
+        wait_code(sc, 503, "known issue")
+        ids = re.findall(r'vllm_known_issue_active\{id="([a-z0-9-]+)",symptom="(?:wrong_tokens|crash)",'
+                         r'verified="true"\} 1\.0', sc.metrics())
+        assert ids
+    finally:
+        assert sc.stop() == 0
+    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL", "--allow-known-issues", ",".join(ids))
+    try:
+        wait_code(sc, 200, "ok")
+    finally:
+        assert sc.stop() == 0
+
+
+def test_an_unknown_allowed_id_stops_the_start(tmp_path: Path, answerer) -> None:
+    with pytest.raises(RuntimeError, match="not-a-row not in the known-issues data"):
+        start(tmp_path, answerer, "", "--allow-known-issues", "not-a-row")
+
+
+def test_without_an_accuracy_reference_it_refuses_to_start_and_the_opt_out_says_so(tmp_path: Path, answerer) -> None:
+    _, server, _ = answerer
+    with pytest.raises(RuntimeError, match="no accuracy reference"):
+        SidecarProcess(["--vllm-url", server.url], tmp_path / "a.out")
+    sc = SidecarProcess(["--vllm-url", server.url, "--no-canary-enabled"], tmp_path / "b.out")
+    try:
+        assert sc.value("vllm_canary_configured") == 0
+        assert "wrong tokens with HTTP 200 will NOT be caught" in sc.log_path.read_text()
+    finally:
+        assert sc.stop() == 0
