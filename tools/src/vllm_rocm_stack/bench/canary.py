@@ -147,16 +147,19 @@ def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_p
         cpu0, rss0 = cpu_and_rss(sc.proc.pid)
         t0 = time.monotonic()
         for i in range(total_runs):
-            def runs() -> float:
-                return sc.total("vllm_canary_runs_total")
-            if not sc.wait_for(lambda i=i: runs() >= i + 1, interval + 180):
-                raise RuntimeError(f"canary run {i + 1} never came:\n{sc.log_path.read_text()[-2000:]}")
+            # The log first: the sidecar asks its canary only once the log shows an engine whose capture
+            # finished (the first chunk holds the startup and the capture lines).
             end = (i + 1) * len(data) // total_runs
             with live.open("ab") as f:
                 f.write(data[i * len(data) // total_runs:end])
             want = data.count(b"\n", 0, end)
             if not sc.wait_for(lambda w=want: (sc.value("vllm_sidecar_log_lines_total") or 0) >= w, 120):
                 raise RuntimeError(f"the sidecar did not read {want} log lines within 120 s")
+
+            def runs() -> float:
+                return sc.total("vllm_canary_runs_total")
+            if not sc.wait_for(lambda i=i: runs() >= i + 1, interval + 180):
+                raise RuntimeError(f"canary run {i + 1} never came:\n{sc.log_path.read_text()[-2000:]}")
             c, r = cpu_and_rss(sc.proc.pid)
             cpu.append(c - cpu0)
             rss.append(r / 2**20)
