@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets up everything `make test` needs, inside .work/ (git-ignored), and nothing outside it
-# except the Debian `prometheus` package (promtool + server). Safe to re-run: each step checks
-# what is already there and only does the missing work.
+# Sets up everything `make test` needs, inside .work/ (git-ignored), and nothing outside it except the Debian packages
+# (`prometheus`: promtool + server; `prometheus-alertmanager`: amtool + server; buildah, debootstrap, podman).
+# Safe to re-run: each step checks what is already there and only does the missing work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=tools/versions.env
@@ -57,10 +57,11 @@ else
   say "helm $HELM_VERSION is installed"
 fi
 
-# 3. Debian packages, each at its pinned version (apt checks signatures): promtool + the Prometheus server;
-#    buildah, debootstrap and podman for the image builds. One `apt-get update`, only when something is missing.
-debs=("prometheus=$PROMETHEUS_DEB_VERSION" "buildah=$BUILDAH_DEB_VERSION" "debootstrap=$DEBOOTSTRAP_DEB_VERSION"
-  "podman=$PODMAN_DEB_VERSION")
+# 3. Debian packages, each at its pinned version (apt checks signatures): promtool + the Prometheus server; amtool +
+#    the Alertmanager server; buildah, debootstrap and podman for the image builds. One `apt-get update`, only when
+#    something is missing.
+debs=("prometheus=$PROMETHEUS_DEB_VERSION" "prometheus-alertmanager=$ALERTMANAGER_DEB_VERSION"
+  "buildah=$BUILDAH_DEB_VERSION" "debootstrap=$DEBOOTSTRAP_DEB_VERSION" "podman=$PODMAN_DEB_VERSION")
 missing=()
 for pin in "${debs[@]}"; do
   have=$(dpkg-query -W -f='${Status} ${Version}' "${pin%%=*}" 2>/dev/null || true)
@@ -71,10 +72,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # The prometheus package may start a service on hosts with an init system; the tests start their own.
+  # The prometheus packages may start a service on hosts with an init system; the tests start their own.
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  $SUDO systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
 else
   say "Debian packages are installed: ${debs[*]}"
 fi
-for t in promtool prometheus buildah debootstrap podman; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
+for t in promtool prometheus amtool prometheus-alertmanager buildah debootstrap podman; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
 say "toolchain ready"
