@@ -1,7 +1,10 @@
-"""`make run`'s underlying command, for real: vLLM (CPU) + the sidecar + Prometheus with the shipped alert rules.
-Started in the background, checked for readiness, metrics in Prometheus, no alert firing or pending at any time,
-banner links that answer, and every panel of the Grafana dashboard evaluated against this Prometheus; then stopped
-with Ctrl-C (SIGINT) and checked to leave nothing behind."""
+"""`make run`'s underlying command, for real: vLLM (CPU) + the sidecar + Prometheus with the shipped alert rules +
+Alertmanager with the shipped routing + the stack's webhook receiver. Started in the background, checked for
+readiness, metrics in Prometheus, no alert firing or pending at any time of a healthy start, banner links that answer,
+and every panel of the Grafana dashboard evaluated against this Prometheus; then an alert's whole life: the sidecar's
+server (behind a proxy) turns into one that answers wrong tokens, the canary alert fires in Prometheus and its
+notification reaches the receiver's notifications.jsonl, the good server comes back and the resolution arrives too.
+Finally stopped with Ctrl-C (SIGINT) and checked to leave nothing behind, Alertmanager and receiver included."""
 from __future__ import annotations
 
 import json
@@ -17,9 +20,13 @@ from pathlib import Path
 
 import pytest
 from vllm_rocm_stack import dashboard
+from vllm_rocm_stack.alertmanager import notifications
 from vllm_rocm_stack.config import WORK
+from vllm_rocm_stack.proxy import SwitchableProxy
 
+from tests.support.canary import CanaryTiming
 from tests.support.sidecar import free_port, get
+from tests.support.vllm_server import VllmServer
 
 pytestmark = pytest.mark.live
 
@@ -63,15 +70,36 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_make_run_stack(tmp_path: Path) -> None:
+RUNBOOK = Path(__file__).resolve().parents[2] / "charts" / "vllm-rocm" / "docs" / "runbook.md"
+CANARY_FAILURES = ("VllmCanaryScoreBelowThreshold", "VllmCanaryFingerprintDrift")
+# --alert-for: one evaluation interval of the stack's Prometheus (2 s): a rule fires on its second true evaluation.
+ALERT_FOR = "2s"
+
+
+def notified(path: Path, alertname: str, instance: str, status: str) -> list[tuple[dict, dict]]:
+    """(payload, alert) of each notification in the receiver's file that carries that alert in that status."""
+    return [(p, a) for p in notifications(path) for a in p["alerts"]
+            if a["labels"].get("alertname") == alertname and a["labels"].get("instance") == instance
+            and a["status"] == status]
+
+
+def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canary_timing: CanaryTiming) -> None:
     if not (WORK / "models" / "smollm2-135m-instruct" / "config.json").is_file():
         pytest.skip("model missing: run `make setup-vllm`")
-    ports = {"vllm": free_port(), "sidecar": free_port(), "prometheus": free_port()}
+    ports = {"vllm": free_port(), "sidecar": free_port(), "prometheus": free_port(), "alertmanager": free_port(),
+             "receiver": free_port()}
+    # The sidecar checks the stack's vLLM through a proxy, which the test later points at the perturbed server.
+    good = f"http://127.0.0.1:{ports['vllm']}"
+    proxy = SwitchableProxy(good)
+    # Measured canary runs (canary_timing) give the interval; every wait below is a number of those.
+    interval = max(1, math.ceil(canary_timing.interval))
     out = open(tmp_path / "stack.out", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "vllm_rocm_stack", "run", "--workdir", str(tmp_path / "run"),
          "--vllm-port", str(ports["vllm"]), "--sidecar-port", str(ports["sidecar"]),
-         "--prometheus-port", str(ports["prometheus"]), "--canary-interval", "30", "--status-interval", "2"],
+         "--prometheus-port", str(ports["prometheus"]), "--alertmanager-port", str(ports["alertmanager"]),
+         "--receiver-port", str(ports["receiver"]), "--sidecar-vllm-url", proxy.url, "--alert-for", ALERT_FOR,
+         "--canary-interval", str(interval), "--status-interval", "2"],
         stdout=out, stderr=subprocess.STDOUT,
         # started as a shell's background job would be (SIGINT ignored): Ctrl-C / SIGINT must still stop it
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
@@ -104,7 +132,7 @@ def test_make_run_stack(tmp_path: Path) -> None:
         assert len(rules) >= 7 and all(r["health"] == "ok" for r in rules), rules
         # Every dashboard panel answers; GPU-only ones (capture) at least parse and evaluate. The canary's series
         # need a run after Prometheus started: wait up to three canary intervals for them.
-        deadline = time.monotonic() + 3 * 30 + 30
+        deadline = time.monotonic() + canary_timing.patience
         while True:
             data = panel_data(ports["prometheus"])
             empty = [k for k, (gpu_only, n) in data.items() if not gpu_only and n == 0]
@@ -137,6 +165,61 @@ def test_make_run_stack(tmp_path: Path) -> None:
         provisioning = tmp_path / "run" / "grafana" / "provisioning"
         assert f"GF_PATHS_PROVISIONING={provisioning}" in text()
         assert (provisioning / "datasources" / "prometheus.yaml").is_file()
+        notes = tmp_path / "run" / "notifications.jsonl"
+        assert f"notifications       {notes}" in text(), text()[-3000:]
+        assert proxy.count("/v1/completions") > 0, "the sidecar's canary does not go through the proxy"
+
+        # An alert's whole life. Wrong tokens behind the sidecar's URL: the canary fails, its alert fires in
+        # Prometheus, Alertmanager routes it (severity critical) to the stack's receiver.
+        assert notifications(notes) == [], "a healthy start notified something"
+        instance = f"127.0.0.1:{ports['sidecar']}"
+        t0 = time.monotonic()
+        proxy.switch(vllm_perturbed_server.base_url)
+
+        def firing_in_prometheus() -> set[str]:
+            return {a["labels"]["alertname"] for a in prom(ports["prometheus"], "/api/v1/alerts")["alerts"]
+                    if a["state"] == "firing" and a["labels"].get("instance") == instance}
+
+        deadline = time.monotonic() + canary_timing.patience
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"stack exited early:\n{text()[-3000:]}"
+            if "VllmCanaryFingerprintDrift" in firing_in_prometheus() and notified(
+                    notes, "VllmCanaryFingerprintDrift", instance, "firing"):
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"no firing VllmCanaryFingerprintDrift in Prometheus ({firing_in_prometheus()}) and in "
+                        f"{notes} ({notifications(notes)}) within {canary_timing.patience:.0f} s:\n{text()[-3000:]}")
+        fired = time.monotonic() - t0
+        payload, alert = notified(notes, "VllmCanaryFingerprintDrift", instance, "firing")[0]
+        assert payload["receiver"] == "vllm-rocm-critical" and payload["status"] == "firing", payload
+        assert alert["labels"]["severity"] == "critical" and alert["labels"]["job"] == "vllm-rocm-health", alert
+        assert instance in alert["annotations"]["summary"] and "drift" in alert["annotations"]["summary"].lower()
+        assert alert["annotations"]["description"], alert
+        runbook = alert["annotations"]["runbook_url"]
+        assert runbook == "charts/vllm-rocm/docs/runbook.md#vllmcanaryfingerprintdrift", runbook
+        assert "\n## VllmCanaryFingerprintDrift\n" in RUNBOOK.read_text()
+        assert f"notification to vllm-rocm-critical: VllmCanaryFingerprintDrift firing on {instance}" in text()
+        # Alerts that fired meanwhile: only the canary's; a stale canary is muted by its failure (inhibit rule).
+        fired_names = {m["metric"]["alertname"] for m in prom(ports["prometheus"], "/api/v1/query",
+                       query='max_over_time(ALERTS{alertstate="firing"}[1h])')["result"]}
+        assert fired_names <= {*CANARY_FAILURES, "VllmCanaryStale"}, fired_names
+        assert not notified(notes, "VllmCanaryStale", instance, "firing"), notifications(notes)
+
+        # The good server is back: the next canary passes, the alert resolves, the receiver hears it.
+        proxy.switch(good)
+        t1 = time.monotonic()
+        deadline = time.monotonic() + canary_timing.patience
+        while time.monotonic() < deadline and not notified(notes, "VllmCanaryFingerprintDrift", instance, "resolved"):
+            assert proc.poll() is None, f"stack exited early:\n{text()[-3000:]}"
+            time.sleep(1)
+        resolved = notified(notes, "VllmCanaryFingerprintDrift", instance, "resolved")
+        assert resolved, f"no resolved notification within {canary_timing.patience:.0f} s: {notifications(notes)}"
+        assert resolved[0][0]["receiver"] == "vllm-rocm-critical"
+        assert "VllmCanaryFingerprintDrift" not in firing_in_prometheus()
+        assert f"notification to vllm-rocm-critical: VllmCanaryFingerprintDrift resolved on {instance}" in text()
+        print(f"fire -> notify {fired:.0f} s, resolve -> notify {time.monotonic() - t1:.0f} s "
+              f"(canary interval {interval} s, run {canary_timing.run:.1f} s)")
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -150,6 +233,7 @@ def test_make_run_stack(tmp_path: Path) -> None:
                 proc.wait(10)
             rc = None
         out.close()
+        proxy.close()
     assert rc == 0, f"Ctrl-C (SIGINT) did not stop the stack cleanly (rc {rc}):\n{text()[-3000:]}"
     assert "stopped" in text()
     for name, port in ports.items():

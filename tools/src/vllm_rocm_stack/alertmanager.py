@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import shutil
 import signal
 import threading
@@ -23,8 +22,6 @@ from .config import REPO
 from .processes import ManagedProcess, wait_until
 
 EXAMPLE_CONFIG = REPO / "docker" / "alertmanager" / "alertmanager.yml"
-# A Prometheus/Alertmanager duration (model.ParseDuration), e.g. 10s, 1m30s.
-DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 
 
 def local_config(config: dict[str, Any], receiver_url: str, timing: str = "") -> dict[str, Any]:

@@ -23,12 +23,27 @@ class ScrapeTarget:
     metrics_path: str = "/metrics"
 
 
+def rules_with_for(source: Path, dest: Path, duration: str) -> Path:
+    """A copy of the rule file `source` at `dest` with the `for:` of every alerting rule set to `duration` (for tests
+    and demos that cannot wait the minutes the shipped rules hold an alert pending); nothing else changes."""
+    rules = yaml.safe_load(source.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if "alert" in rule:
+                rule["for"] = duration
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(f"# {source} with every `for:` set to {duration} (vllm-rocm-stack run --alert-for)\n"
+                    + yaml.safe_dump(rules, sort_keys=False, width=1000))
+    return dest
+
+
 @dataclass
 class PrometheusServer:
     workdir: Path
     port: int
     targets: list[ScrapeTarget]
     rule_files: list[Path] = field(default_factory=list)
+    alertmanagers: list[str] = field(default_factory=list)  # host:port of the Alertmanagers alerts are sent to
     scrape_interval: str = "2s"
     evaluation_interval: str = "2s"
     binary: str = "prometheus"
@@ -47,6 +62,8 @@ class PrometheusServer:
                 for t in self.targets
             ],
         }
+        if self.alertmanagers:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(self.alertmanagers)}]}]}
         self.workdir.mkdir(parents=True, exist_ok=True)
         path = self.workdir / "prometheus.yml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -1,5 +1,6 @@
 """Run the whole stack on this machine: a real vLLM (CPU build), the health sidecar following its log and API,
-and a Prometheus server that scrapes both and evaluates the shipped alert rules. Stops everything on Ctrl-C."""
+a Prometheus server that scrapes both and evaluates the shipped alert rules, and a real Alertmanager with the shipped
+routing that notifies a webhook receiver the stack runs (notifications.jsonl). Stops everything on Ctrl-C."""
 from __future__ import annotations
 
 import json
@@ -13,10 +14,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import yaml
+
+from .alertmanager import EXAMPLE_CONFIG, AlertmanagerServer, WebhookReceiver, local_config
 from .config import DASHBOARD_JSON, REPO, StackConfig
 from .grafana import write_provisioning
 from .processes import ManagedProcess, wait_until
-from .prometheus import PrometheusServer, ScrapeTarget
+from .prometheus import PrometheusServer, ScrapeTarget, rules_with_for
 from .vllm_server import VllmServer
 
 log = logging.getLogger(__name__)
@@ -71,18 +75,25 @@ class Stack:
         self.sidecar = ManagedProcess(
             "health sidecar",
             [sys.executable, "-m", "vllm_rocm_health", "serve",
-             "--vllm-url", cfg.vllm_url,
+             "--vllm-url", cfg.sidecar_target_url,
              "--listen", f"127.0.0.1:{cfg.sidecar_port}",
              "--log-source", f"file:{self.vllm.log_path}",
              "--canary-baseline", str(cfg.baseline_path),
              "--canary-interval", str(cfg.canary_interval)],
             cfg.workdir / "sidecar.log",
         )
+        # --alert-for: Prometheus loads a copy of the rules with every `for:` shortened (written at start).
+        self.rules = cfg.workdir / "prometheus" / ALERT_RULES.name if cfg.alert_for else ALERT_RULES
+        self.notifications = cfg.workdir / "notifications.jsonl"
+        self.receiver: WebhookReceiver | None = None  # listens from start() on
+        self.alertmanager = AlertmanagerServer(workdir=cfg.workdir / "alertmanager", port=cfg.alertmanager_port,
+                                               config={})
         self.prometheus = PrometheusServer(
             workdir=cfg.workdir / "prometheus", port=cfg.prometheus_port,
             targets=[ScrapeTarget(SIDECAR_JOB, f"127.0.0.1:{cfg.sidecar_port}"),
                      ScrapeTarget("vllm", f"127.0.0.1:{cfg.vllm_port}")],
-            rule_files=[ALERT_RULES],
+            rule_files=[self.rules],
+            alertmanagers=[f"127.0.0.1:{cfg.alertmanager_port}"],
         )
 
     # -- start-up -----------------------------------------------------------------------------------------
@@ -98,14 +109,34 @@ class Stack:
         self.vllm.start(timeout=self.cfg.startup_timeout, progress=self._progress("vLLM"))
         _say(f"vLLM is up ({self.vllm.startup_seconds:.0f} s)")
         self._ensure_baseline()
-        _say(f"starting the health sidecar on {self.cfg.sidecar_url} (following the vLLM log and API)")
+        api = "API" if not self.cfg.sidecar_vllm_url else f"API through {self.cfg.sidecar_target_url}"
+        _say(f"starting the health sidecar on {self.cfg.sidecar_url} (following the vLLM log and {api})")
         self.sidecar.start()
         if not wait_until(lambda: self._sidecar_alive() and _http_json(self.cfg.sidecar_url + "/healthz")[0] == 200,
                           60, interval=0.3):
             raise RuntimeError(f"the sidecar did not start:\n{self.sidecar.log_tail()}")
-        _say(f"starting Prometheus on {self.prometheus.url} with {ALERT_RULES.relative_to(REPO)}")
+        self._start_alerting()
+        rules = str(ALERT_RULES.relative_to(REPO))
+        if self.cfg.alert_for:
+            rules_with_for(ALERT_RULES, self.rules, self.cfg.alert_for)
+            rules += f" (every `for:` set to {self.cfg.alert_for} by --alert-for, in {self.rules})"
+        _say(f"starting Prometheus on {self.prometheus.url} with {rules}, sending alerts to Alertmanager")
         self.prometheus.start()
         self.grafana_provisioning = write_provisioning(self.cfg.workdir / "grafana", self.prometheus.url)
+
+    def _start_alerting(self) -> None:
+        """The webhook receiver, then Alertmanager with the shipped routing, every receiver pointed at it."""
+        self.notifications.write_bytes(b"")  # this run's notifications only, like vllm.log
+        self.receiver = WebhookReceiver(self.cfg.receiver_port, self.notifications, say=_say)
+        self.receiver.start()
+        _say(f"started the webhook receiver on {self.receiver.url}: one JSON line per notification in "
+             f"{self.notifications}")
+        self.alertmanager.config = local_config(yaml.safe_load(EXAMPLE_CONFIG.read_text()), self.receiver.url,
+                                                timing=self.cfg.alert_for)
+        timing = f", group_wait/group_interval {self.cfg.alert_for} (--alert-for)" if self.cfg.alert_for else ""
+        _say(f"starting Alertmanager on {self.alertmanager.url} with {EXAMPLE_CONFIG.relative_to(REPO)} "
+             f"(every receiver a webhook to the receiver{timing})")
+        self.alertmanager.start()
 
     def _sidecar_alive(self) -> bool:
         if not self.sidecar.alive():
@@ -140,7 +171,8 @@ class Stack:
     def status(self) -> dict:
         code, ready = _http_json(self.cfg.sidecar_url + "/readyz")
         out: dict = {"ready": code == 200, "ready_reason": ready.get("reason", ""), "canary_score": None,
-                     "fingerprint_drift": None, "firing": [], "pending": [], "targets": {}}
+                     "fingerprint_drift": None, "firing": [], "pending": [], "targets": {},
+                     "notifications": self.receiver.count if self.receiver else 0}
         try:
             for key, expr in (("canary_score", "vllm_canary_score_ratio"),
                               ("fingerprint_drift", "vllm_canary_fingerprint_drift")):
@@ -165,6 +197,10 @@ class Stack:
             ("Prometheus alerts", prom, ["/alerts", "/classic/alerts"], f"rules: {ALERT_RULES.relative_to(REPO)}"),
             ("Prometheus targets", prom, ["/targets", "/classic/targets"], ""),
             ("Prometheus graph", prom, ["/graph", "/classic/graph"], ""),
+            ("Alertmanager API", self.alertmanager.url, ["/api/v2/alerts"],
+             f"no web UI in Debian's package: amtool --alertmanager.url={self.alertmanager.url} alert query"),
+            ("webhook receiver", self.receiver.url if self.receiver else "", ["/"],
+             "Alertmanager's notifications arrive here"),
         ]
         out = []
         for what, base, paths, note in wanted:
@@ -177,7 +213,10 @@ class Stack:
         lines = ["", "The stack is running. Where to look:"]
         for what, url, note in self.links():
             lines.append(f"  {what:<19} {url or '(not answering)'}" + (f"   ({note})" if note else ""))
+        shortened = f"; every rule's `for:` is {c.alert_for} (--alert-for)" if c.alert_for else ""
         lines += [
+            f"  {'notifications':<19} {self.notifications}   (one JSON line per notification, each also printed "
+            f"here; routing: {EXAMPLE_CONFIG.relative_to(REPO)}{shortened})",
             f"  {'Grafana':<19} none runs here; provisioning for one (this Prometheus + the chart's dashboard):",
             f"  {'':<19} GF_PATHS_PROVISIONING={self.grafana_provisioning} grafana server",
             f"  {'':<19} or import {DASHBOARD_JSON.relative_to(REPO)}",
@@ -194,14 +233,16 @@ class Stack:
         targets = ", ".join(f"{k}={v}" for k, v in sorted(s["targets"].items())) or "n/a"
         ready = "yes" if s["ready"] else f"no ({s['ready_reason'] or 'no answer'})"
         return (f"ready={ready} | canary score={score} drift={drift} | targets: {targets} | "
-                f"alerts firing={s['firing'] or 'none'} pending={s['pending'] or 'none'}")
+                f"alerts firing={s['firing'] or 'none'} pending={s['pending'] or 'none'} | "
+                f"notifications={s['notifications']}")
 
     def run(self) -> int:
         self.start()
         self.print_banner()
         started = time.monotonic()
         while not self.stop_event.wait(self.cfg.status_interval):
-            for name, proc_alive in (("vLLM", self.vllm.alive), ("sidecar", self.sidecar.alive)):
+            for name, proc_alive in (("vLLM", self.vllm.alive), ("sidecar", self.sidecar.alive),
+                                     ("Alertmanager", self.alertmanager.alive)):
                 if not proc_alive():
                     _say(f"{name} exited unexpectedly; stopping the stack")
                     return 1
@@ -211,14 +252,25 @@ class Stack:
         return 0
 
     def shutdown(self) -> None:
-        _say("stopping: Prometheus, sidecar, vLLM")
-        self.prometheus.stop()
-        self.sidecar.stop(timeout=10)
-        self.vllm.stop()
+        """Stop whatever was started, in order; a step that fails does not keep the next ones from running."""
+        _say("stopping: Prometheus, Alertmanager, webhook receiver, sidecar, vLLM")
+        steps = [("Prometheus", self.prometheus.stop), ("Alertmanager", self.alertmanager.stop),
+                 ("webhook receiver", self.receiver.stop if self.receiver else lambda: None),
+                 ("sidecar", lambda: self.sidecar.stop(timeout=10)), ("vLLM", self.vllm.stop)]
+        for what, stop in steps:
+            try:
+                stop()
+            except Exception as e:  # noqa: BLE001 - report it and go on stopping the rest
+                print(f"vllm-rocm-stack: stopping {what} failed: {e}", file=sys.stderr)
         _say("stopped")
 
 
 def run_stack(cfg: StackConfig) -> int:
+    problems = cfg.problems()
+    if problems:
+        for p in problems:
+            print(f"vllm-rocm-stack: error: {p}", file=sys.stderr)
+        return 2
     stack = Stack(cfg)
 
     def on_signal(signum: int, _frame: object) -> None:
