@@ -1,11 +1,12 @@
-"""docker/compose.yaml and docker/prometheus/prometheus.yml, checked without an engine.
+"""docker/compose.yaml, docker/prometheus/prometheus.yml and the alertmanager service, checked without an engine.
 
 The compose file is validated against the Compose Specification JSON schema (vendored by check-jsonschema),
 raw and after interpolating its ${VAR:-default}s the way compose does, and read by a real compose
 implementation, podman-compose (PyPI, pinned in the lock): `config` must resolve it to what these tests read,
 and `up --dry-run` must turn it into the container commands a ROCm node needs. No engine runs here, so no
 container is started; Docker's own compose (a Go plugin) is not installable from the registries reached here.
-The Prometheus config is checked with promtool against the real rules."""
+The Prometheus config is checked with promtool against the real rules; the Alertmanager routing itself is checked with
+amtool and a real Alertmanager in tests/charts/test_alertmanager_routing.py."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.docker.conftest import DOCKER, REPO, tool
 
 COMPOSE = DOCKER / "compose.yaml"
 PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
+ALERTMANAGER = DOCKER / "alertmanager" / "alertmanager.yml"
 RULES = REPO / "charts" / "vllm-rocm" / "files" / "alerts.rules.yaml"
 INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
@@ -147,6 +149,29 @@ def test_prometheus_config_is_valid_and_matches_the_rule_selectors(tmp_path: Pat
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_alertmanager_is_optional_and_wired_to_prometheus() -> None:
+    """The alertmanager service (profile monitoring) runs the shipped routing file at the release the routing is tested
+    with, keeps its data in a volume, publishes on localhost only, and is where Prometheus sends its alerts."""
+    compose = load()
+    am, prom = compose["services"]["alertmanager"], compose["services"]["prometheus"]
+    assert am["profiles"] == ["monitoring"] and "alertmanager-data" in compose["volumes"]
+    deb = next(line.split("=", 1)[1] for line in (REPO / "tools" / "versions.env").read_text().splitlines()
+               if line.startswith("ALERTMANAGER_DEB_VERSION="))
+    assert am["image"] == f"prom/alertmanager:v{deb.split('-')[0]}", (am["image"], deb)
+    flags = dict(a.split("=", 1) for a in am["command"])
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in am["volumes"]}
+    assert (COMPOSE.parent / mounts[flags["--config.file"]]).resolve() == ALERTMANAGER.resolve()
+    assert mounts[flags["--storage.path"]] == "alertmanager-data"
+    assert flags["--cluster.listen-address"] == "", "a single Alertmanager: no gossip port"
+    port = flags["--web.listen-address"].rsplit(":", 1)[1]
+    assert am["ports"] == [f"127.0.0.1:{port}:{port}"]
+    assert f"http://127.0.0.1:{port}/-/ready" in am["healthcheck"]["test"]
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    targets = [t for a in config["alerting"]["alertmanagers"] for s in a["static_configs"] for t in s["targets"]]
+    assert targets == [f"alertmanager:{port}"]
+    assert prom["depends_on"]["alertmanager"]["condition"] == "service_healthy"
+
+
 def podman_compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([tool("podman-compose"), *args], capture_output=True, text=True, timeout=120,
                           env={"PATH": os.environ["PATH"], **(env or {})})
@@ -182,7 +207,7 @@ def test_podman_compose_up_dry_run_gives_the_rocm_container_setup(tmp_path: Path
             argv = shlex.split(line.split("podman create ", 1)[1])
             service = next(a.split("=", 1)[1] for a in argv if a.startswith("io.podman.compose.service="))
             creates[service] = argv
-    assert set(creates) == {"vllm", "health", "prometheus", "grafana"}
+    assert set(creates) == {"vllm", "health", "prometheus", "alertmanager", "grafana"}
     vllm, health = " ".join(creates["vllm"]), " ".join(creates["health"])
     assert "--device /dev/kfd --device /dev/dri" in vllm
     assert "--group-add 44 --group-add 109" in vllm
