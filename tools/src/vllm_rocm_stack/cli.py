@@ -15,8 +15,10 @@ DESCRIPTION = """\
 Run the distribution's whole stack on one machine.
 
   cpu   (default) a real vLLM CPU build serving a small offline model, the health sidecar following its
-        log and API (capture state + accuracy canary), and Prometheus scraping both with the shipped
-        alert rules. Needs no GPU and no network. Set up first with `make setup-vllm` (make run does it).
+        log and API (capture state + accuracy canary), Prometheus scraping both with the shipped alert
+        rules, and Alertmanager routing the alerts (docker/alertmanager/alertmanager.yml) to a webhook
+        receiver the stack runs: each notification is a line in WORKDIR/notifications.jsonl.
+        Needs no GPU and no network. Set up first with `make setup-vllm` (make run does it).
   rocm  on a real AMD GPU node: `docker compose -f docker/compose.yaml up` with the ROCm images (add an
         accuracy overlay with --compose-file, see docker/README.md).
 
