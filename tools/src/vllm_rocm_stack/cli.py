@@ -43,7 +43,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         else:
             kind = Path if f.name in ("workdir", "model", "baseline") else type(default)
             parser.add_argument(flag, type=kind, default=default,
-                                help=f"{helptext} (default: {default})")
+                                help=f"{helptext} (default: {'empty' if default == '' else default})")
 
 
 def build_parser() -> argparse.ArgumentParser:
