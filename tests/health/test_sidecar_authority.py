@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.canary import make_baseline
-from tests.support.injector import AnswererServer, CanaryAnswerer
 from tests.support.sidecar import SidecarProcess
 
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
@@ -30,17 +28,6 @@ CANARY_FLAGS = ["--canary-seed", str(SEED), "--canary-num-problems", str(N), "--
                 "--model", "m", "--canary-interval", "3600", "--canary-timeout", "5", "--health-interval", "0.2"]
 # vLLM 0.14, AITER FA, FULL_AND_PIECEWISE captured; no known issue applies to it.
 ENGINE = (FIXTURES / "v0.14.0-dict-default.log").read_text()
-
-
-@pytest.fixture
-def answerer(tmp_path: Path) -> Iterator[tuple[CanaryAnswerer, AnswererServer, Path]]:
-    base = make_baseline(seed=SEED, num_problems=N)
-    path = tmp_path / "baseline.json"
-    base.save(path)
-    a = CanaryAnswerer(base)
-    server = AnswererServer(a)
-    yield a, server, path
-    server.close()
 
 
 def start(tmp_path: Path, answerer, log_text: str, *extra: str) -> tuple[SidecarProcess, Path]:

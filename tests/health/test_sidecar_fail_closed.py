@@ -17,24 +17,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.canary import make_baseline
-from tests.support.injector import AnswererServer, CanaryAnswerer
 from tests.support.sidecar import SidecarProcess, free_port
 
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
 SEED, N = 7, 6
 CANARY_FLAGS = ["--canary-seed", str(SEED), "--canary-num-problems", str(N), "--canary-idle-probe-after", "0",
                 "--model", "m"]
-
-
-@pytest.fixture
-def answerer(tmp_path: Path) -> Iterator[tuple[CanaryAnswerer, AnswererServer, Path]]:
-    base = make_baseline(seed=SEED, num_problems=N)
-    path = tmp_path / "baseline.json"
-    base.save(path)
-    a = CanaryAnswerer(base)
-    server = AnswererServer(a)
-    yield a, server, path
-    server.close()
 
 
 @pytest.fixture
