@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,36 @@ def notes(values: dict[str, Any] | None = None, reference: bool = True) -> str:
     proc = helm("install", "rel", str(CHART), "-n", "llm", "--dry-run=client", *set_args(given))
     assert "NOTES:" in proc.stdout, proc.stdout[-2000:]
     return proc.stdout.split("NOTES:", 1)[1]
+
+
+# The end of every probe template: the `$out` its body built, as JSON in one ConfigMap.
+_PROBE_RESULT = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: probe
+data:
+  result: {{ toJson $out | quote }}
+"""
+
+
+def probe_chart(dest: Path, body: str) -> Path:
+    """A copy of the chart under `dest` with one more template: `body` calls the chart's own helpers on the inputs
+    given as `.Values.probe` and collects their answers in `$out` (agreement tests ask many inputs in one render)."""
+    chart = dest / "vllm-rocm"
+    shutil.copytree(CHART, chart)
+    schema = json.loads((chart / "values.schema.json").read_text())
+    schema["properties"]["probe"] = {"type": "object"}
+    (chart / "values.schema.json").write_text(json.dumps(schema))
+    (chart / "templates" / "zz-probe.yaml").write_text(body + _PROBE_RESULT)
+    return chart
+
+
+def render_probe(chart: Path, tmp: Path, inputs: dict[str, Any], check: bool = True) -> Any:
+    """The probe's `$out` for these inputs; with check=False the finished helm process instead (its refusals)."""
+    (tmp / "probe.yaml").write_text(json.dumps({"probe": inputs}))
+    proc = helm("template", "rel", str(chart), "-f", str(tmp / "probe.yaml"), *set_args(with_reference({})),
+                "--show-only", "templates/zz-probe.yaml", check=check)
+    if not check:
+        return proc
+    return json.loads(yaml.safe_load(proc.stdout)["data"]["result"])

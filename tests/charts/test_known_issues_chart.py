@@ -40,9 +40,11 @@ from helm_chart import (  # noqa: E402
     pod_spec,
     render,
     render_error,
+    render_probe,
     set_args,
     with_reference,
 )
+from helm_chart import probe_chart as make_probe_chart  # noqa: E402
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -229,33 +231,16 @@ PROBE = r"""
 {{- $ki := include "vllm-rocm.knownIssues" (dict "root" $ctx "e" $e) | fromJson -}}
 {{- $_ := set $out "configs" (append $out.configs $ki) -}}
 {{- end -}}
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: probe
-data:
-  result: {{ toJson $out | quote }}
 """
 
 
 @pytest.fixture(scope="module")
 def probe_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    chart = tmp_path_factory.mktemp("probe") / "vllm-rocm"
-    shutil.copytree(CHART, chart)
-    schema = json.loads((chart / "values.schema.json").read_text())
-    schema["properties"]["probe"] = {"type": "object"}
-    (chart / "values.schema.json").write_text(json.dumps(schema))
-    (chart / "templates" / "zz-probe.yaml").write_text(PROBE)
-    return chart
+    return make_probe_chart(tmp_path_factory.mktemp("probe"), PROBE)
 
 
 def probe(chart: Path, tmp: Path, check: bool = True, **inputs: Any) -> Any:
-    (tmp / "probe.yaml").write_text(json.dumps({"probe": inputs}))
-    proc = helm("template", "rel", str(chart), "-f", str(tmp / "probe.yaml"), *set_args(with_reference({})),
-                "--show-only", "templates/zz-probe.yaml", check=check)
-    if not check:
-        return proc
-    return json.loads(yaml.safe_load(proc.stdout)["data"]["result"])
+    return render_probe(chart, tmp, inputs, check=check)
 
 
 def _nested(flat: dict[str, Any]) -> dict[str, Any]:

@@ -21,19 +21,25 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from vllm_rocm_health.canary.baseline import Baseline, BaselineError
 from vllm_rocm_health.qualification import QualificationError, validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import CHART, REPORT, baseline_for, helm, set_args, with_reference  # noqa: E402
+from helm_chart import (  # noqa: E402
+    CHART,
+    REPORT,
+    baseline_for,
+    helm,
+    probe_chart,
+    render_probe,
+    set_args,
+)
 
 SERVED, RELEASE, SEED, PROBLEMS, LONG = "smollm2-135m-instruct", "0.26.0", 20251202, 8, 0
 # The H200 report's baseline is format 1: no long-prompt answers, so a canary of its own sends none.
@@ -52,12 +58,6 @@ PROBE = """\
       "numProblems" .numProblems "longPrompts" .longPrompts) -}}
 {{- $_ := set $out "baselines" (append $out.baselines $p) -}}
 {{- end -}}
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: probe
-data:
-  result: {{ toJson $out | quote }}
 """
 
 Mutation = Callable[[dict[str, Any]], Any]
@@ -245,21 +245,13 @@ def python_baseline(text: str, tmp: Path, long_prompts: int = LONG) -> str:
 def chart_verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     """The chart's problem text for every generated report and baseline ("" = accepted), in one render."""
     tmp = tmp_path_factory.mktemp("agreement")
-    chart = tmp / "vllm-rocm"
-    shutil.copytree(CHART, chart)
-    schema = json.loads((chart / "values.schema.json").read_text())
-    schema["properties"]["probe"] = {"type": "object"}
-    (chart / "values.schema.json").write_text(json.dumps(schema))
-    (chart / "templates" / "zz-probe.yaml").write_text(PROBE)
+    chart = probe_chart(tmp, PROBE)
     common = {"served": SERVED, "release": RELEASE, "seed": SEED, "numProblems": PROBLEMS, "longPrompts": LONG}
     reports, baselines = report_cases(), baseline_cases()
-    probe = {"probe": {"reports": [{"text": t, "mode": m, **common} for _, t, m in reports],
-                       "baselines": [{"text": t, "model": SERVED, "seed": SEED, "numProblems": PROBLEMS,
-                                      "longPrompts": long_prompts_of(n)} for n, t in baselines]}}
-    (tmp / "probe.yaml").write_text(json.dumps(probe))
-    proc = helm("template", "rel", str(chart), "-f", str(tmp / "probe.yaml"), *set_args(with_reference({})),
-                "--show-only", "templates/zz-probe.yaml")
-    result = json.loads(yaml.safe_load(proc.stdout)["data"]["result"])
+    result = render_probe(chart, tmp, {
+        "reports": [{"text": t, "mode": m, **common} for _, t, m in reports],
+        "baselines": [{"text": t, "model": SERVED, "seed": SEED, "numProblems": PROBLEMS,
+                       "longPrompts": long_prompts_of(n)} for n, t in baselines]})
     assert len(result["reports"]) == len(reports) and len(result["baselines"]) == len(baselines)
     return {"reports": {f"{n}|{m}": p for (n, _, m), p in zip(reports, result["reports"], strict=True)},
             "baselines": {n: p for (n, _), p in zip(baselines, result["baselines"], strict=True)}}
