@@ -13,15 +13,20 @@ variable "SOURCE_URL" {
 }
 # REQUIRED: this base image's digest (sha256:...), which could not be verified offline (docker/README.md).
 # Left empty, the build stops at FROM with an invalid reference instead of pulling an unpinned image.
+variable "BASE_DIGEST_0_32_0" {
+  default = ""
+}
+# REQUIRED: this base image's digest (sha256:...), which could not be verified offline (docker/README.md).
+# Left empty, the build stops at FROM with an invalid reference instead of pulling an unpinned image.
 variable "BASE_DIGEST_0_33_0" {
   default = ""
 }
 
 group "default" {
-  targets = ["vllm-rocm-0_10_1_1", "vllm-rocm-0_10_2", "vllm-rocm-0_11_0", "vllm-rocm-0_33_0", "vllm-rocm-health"]
+  targets = ["vllm-rocm-0_10_1_1", "vllm-rocm-0_10_2", "vllm-rocm-0_11_0", "vllm-rocm-0_32_0", "vllm-rocm-0_33_0", "vllm-rocm-health"]
 }
 group "vllm-rocm" {
-  targets = ["vllm-rocm-0_10_1_1", "vllm-rocm-0_10_2", "vllm-rocm-0_11_0", "vllm-rocm-0_33_0"]
+  targets = ["vllm-rocm-0_10_1_1", "vllm-rocm-0_10_2", "vllm-rocm-0_11_0", "vllm-rocm-0_32_0", "vllm-rocm-0_33_0"]
 }
 
 target "_common" {
@@ -81,6 +86,22 @@ target "vllm-rocm-0_11_0" {
     FIXES_ISSUES        = ""
   }
   tags = ["${REGISTRY}vllm-rocm:0.11.0-p0"]
+}
+
+# vLLM 0.32.0: prebuilt build, series vllm-0.32.0 (p0)
+target "vllm-rocm-0_32_0" {
+  inherits   = ["_common"]
+  dockerfile = "docker/vllm-rocm/Dockerfile"
+  args = {
+    BASE_IMAGE          = "vllm/vllm-openai-rocm:v0.32.0"
+    BASE_DIGEST         = BASE_DIGEST_0_32_0
+    VLLM_RELEASE        = "0.32.0"
+    PATCH_LEVEL         = "0"
+    PATCH_SERIES        = "vllm-0.32.0"
+    PATCH_SERIES_SHA256 = "00b5e1cebbdd5d8cfec4b3699aef1ee4ebcdf689601b90eafdd983022179b7a1"
+    FIXES_ISSUES        = ""
+  }
+  tags = ["${REGISTRY}vllm-rocm:0.32.0-p0"]
 }
 
 # vLLM 0.33.0: prebuilt build, series vllm-0.33.0 (p0)

@@ -58,10 +58,11 @@ else
 fi
 
 # 3. Debian packages, each at its pinned version (apt checks signatures): promtool + the Prometheus server; amtool +
-#    the Alertmanager server; buildah, debootstrap and podman for the image builds. One `apt-get update`, only when
-#    something is missing.
+#    the Alertmanager server; buildah, debootstrap and podman for the image builds; runc, netavark and aardvark-dns
+#    for podman to run them (the container tests). One `apt-get update`, only when something is missing.
 debs=("prometheus=$PROMETHEUS_DEB_VERSION" "prometheus-alertmanager=$ALERTMANAGER_DEB_VERSION"
-  "buildah=$BUILDAH_DEB_VERSION" "debootstrap=$DEBOOTSTRAP_DEB_VERSION" "podman=$PODMAN_DEB_VERSION")
+  "buildah=$BUILDAH_DEB_VERSION" "debootstrap=$DEBOOTSTRAP_DEB_VERSION" "podman=$PODMAN_DEB_VERSION"
+  "runc=$RUNC_DEB_VERSION" "netavark=$NETAVARK_DEB_VERSION" "aardvark-dns=$AARDVARK_DNS_DEB_VERSION")
 missing=()
 for pin in "${debs[@]}"; do
   have=$(dpkg-query -W -f='${Status} ${Version}' "${pin%%=*}" 2>/dev/null || true)

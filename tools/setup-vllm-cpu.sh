@@ -34,4 +34,7 @@ if [ ! -f "$bad/model.safetensors" ]; then
   say "building $bad (seeded weight noise: a real model that answers wrong)"
   "$VENV/bin/python" tools/models/perturb.py "$smol" "$bad"
 fi
+# Readable by anyone: the container tests mount these directories into images that run vLLM as an unprivileged
+# user (uid 2000), and safetensors writes its files 0600.
+chmod -R a+rX "$smol" "$bad"
 say "vLLM CPU and models ready"

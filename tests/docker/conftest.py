@@ -7,7 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # make `tests.support` importable however pytest was started
     sys.path.insert(0, str(REPO))
+
+from vllm_rocm_stack.images.build import default_targets  # noqa: E402
+from vllm_rocm_stack.images.podman import Podman  # noqa: E402
+from vllm_rocm_stack.images.standin import cpu_release  # noqa: E402
 
 from tests.support.vllm_releases import SUPPORTED_VERSIONS, copy_release_tree  # noqa: E402
 
@@ -24,8 +28,10 @@ DOCKERFILES = sorted(DOCKER.glob("**/Dockerfile*"), key=str)
 DOCKERFILES = [p for p in DOCKERFILES if not p.name.endswith(".dockerignore")]
 VLLM_DOCKERFILES = [p for p in DOCKERFILES if p.parent.name == "vllm-rocm"]
 # A cold build (debootstrap, the vLLM wheel, the sidecar's dependencies from PyPI) took ~2.5 min on 2 busy
-# cores; this only stops a hung build.
-BUILD_TIMEOUT = 1500
+# cores, plus ~5 min for the CPU stand-in (its 6.6 GB layer's commit is most of it); this only stops a hung build.
+BUILD_TIMEOUT = 2400
+# The vLLM image of the release `make run` serves, built on a stand-in base that serves it on CPU.
+CPU_TARGET = "vllm-rocm-" + cpu_release().replace(".", "_")
 
 
 def tool(name: str) -> str:
@@ -53,12 +59,32 @@ def built_images(tmp_path_factory: pytest.TempPathFactory) -> dict:
     a failed build fails every test that needs it, with the failing step and the log's tail."""
     out = tmp_path_factory.mktemp("images")
     manifest, log = out / "manifest.json", out / "build.log"
-    argv = [sys.executable, "-m", "vllm_rocm_stack.images", "build", "--bases", "stand-in", "--manifest", str(manifest)]
+    # The default targets, and the vLLM image of the CPU release on its serving stand-in (the container tests),
+    # in one build: images no current build uses are removed after it.
+    targets = [*default_targets(), CPU_TARGET]
+    argv = [sys.executable, "-m", "vllm_rocm_stack.images", "build", "--bases", "stand-in", "--manifest", str(manifest),
+            *targets]
     with open(log, "w") as fh:
         rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT, cwd=REPO).returncode
     text = log.read_text(errors="replace")
     if rc != 0:
         pytest.fail(f"`{' '.join(argv[1:])}` failed ({rc}):\n" + "\n".join(text.splitlines()[-60:]), pytrace=False)
     data = json.loads(manifest.read_text())
-    data["by_dockerfile"] = {img["dockerfile"]: img for img in data["images"]}
+    data["by_target"] = {img["target"]: img for img in data["images"]}
+    data["by_dockerfile"] = {img["dockerfile"]: img for img in data["images"] if img["target"] != CPU_TARGET}
     return data
+
+
+@pytest.fixture(scope="session")
+def podman(built_images: dict) -> Iterator[Podman]:
+    """podman with the image builds' storage (vllm_rocm_stack.images.podman). Skipped, with what failed, only where
+    this machine refuses to run a container; a missing tool is a failure. Whatever a test leaves (containers,
+    volumes, networks) is removed at the start and the end of the session."""
+    p = Podman()
+    why = p.refusal(built_images["by_target"]["vllm-rocm-health"]["image"])
+    if why.startswith("`podman run"):
+        pytest.skip(f"this machine refuses to run containers: {why}")
+    assert not why, why
+    p.remove_everything()
+    yield p
+    p.remove_everything()

@@ -12,7 +12,7 @@ from tests.support.vllm_releases import AITER_FA, REPO_ROOT, tree_snapshot
 
 SSET = series.load(REPO_ROOT / "patches")
 PATCHED = ["0.10.1.1", "0.10.2"]
-NOTHING_TO_DO = {"0.11.0": "fixed-upstream", "0.33.0": "not-needed"}
+NOTHING_TO_DO = {"0.11.0": "fixed-upstream", "0.32.0": "not-needed", "0.33.0": "not-needed"}
 UNKNOWN = {
     "0.14.0": ("fixed-upstream", "UNIFORM_SINGLE_TOKEN_DECODE"),
     "0.20.0": ("not-needed", "UNIFORM_BATCH"),

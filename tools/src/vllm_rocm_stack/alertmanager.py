@@ -54,7 +54,8 @@ class WebhookReceiver:
     """Alertmanager's webhook receiver for the local stack: each POSTed notification is appended to `out_path` as
     one JSON line (the payload as sent) and `say(summary)` is called; a GET says where they go."""
 
-    def __init__(self, port: int, out_path: Path, say: Callable[[str], None] = print) -> None:
+    def __init__(self, port: int, out_path: Path, say: Callable[[str], None] = print, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.out_path = out_path
         self.say = say
         self.count = 0
@@ -90,16 +91,16 @@ class WebhookReceiver:
                 pass
 
         try:
-            self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+            self._server = ThreadingHTTPServer((host, port), Handler)
         except OSError as e:
-            raise RuntimeError(f"the webhook receiver cannot listen on 127.0.0.1:{port}: {e}") from e
+            raise RuntimeError(f"the webhook receiver cannot listen on {host}:{port}: {e}") from e
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
         self.out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,14 +23,14 @@ from pathlib import Path
 
 from ..config import REPO
 from . import bake
-from .buildah import STORE, Buildah, BuildahError, ImageRef, qualified
+from .buildah import STORE, Buildah, BuildahError, ImageRef, ca_volumes, qualified
 from .standin import StandIns
 
 log = logging.getLogger(__name__)
 
 STANDIN_SUFFIX = "-standin"
 # Over this, the whole storage is emptied before a build (the layer cache starts cold): disk stays bounded.
-MAX_STORE_BYTES = int(float(os.environ.get("VLLM_ROCM_IMAGES_MAX_GB", "8")) * 2**30)
+MAX_STORE_BYTES = int(float(os.environ.get("VLLM_ROCM_IMAGES_MAX_GB", "16")) * 2**30)
 _FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", re.M | re.I)
 _BASE_ARGS = re.compile(r"^\$\{(\w+)\}@\$\{(\w+)\}$")
 # A step whose result came from the layer cache, in a build log (new results are not logged by ID reliably).
@@ -99,13 +99,6 @@ def git_revision() -> str:
     except OSError:
         return ""
     return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-def ca_volumes() -> list[str]:
-    """This host's CA bundle, lent read-only to RUN steps (never stored in a layer): pip in the build then
-    trusts what the host trusts (a TLS-inspecting proxy included); Debian-based bases read this path."""
-    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
-    return [f"{bundle}:{bundle}:ro"] if bundle.is_file() else []
 
 
 @contextmanager

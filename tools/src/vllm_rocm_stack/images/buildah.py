@@ -246,6 +246,13 @@ class Buildah:
         return self.argv(*argv, container, "--", *command)
 
 
+def ca_volumes() -> list[str]:
+    """This host's CA bundle, lent read-only to RUN steps and stand-in recipes (never stored in a layer): pip
+    and apt there trust what the host trusts (a TLS-inspecting proxy included); Debian-based bases read this path."""
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    return [f"{bundle}:{bundle}:ro"] if bundle.is_file() else []
+
+
 def qualified(name: str) -> str:
     """buildah stores `foo:1` as `localhost/foo:1`; the FROM line must name what is stored."""
     first = name.split("/", 1)[0]

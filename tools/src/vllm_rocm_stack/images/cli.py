@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
 
 from .build import Builder, default_targets
 from .buildah import STORE, Buildah, BuildahError, BuildFailed
+from .podman import Podman
 
 DESCRIPTION = """\
 Build the project's images from docker/docker-bake.hcl with buildah (daemonless, as root, chroot isolation),
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="pinned: the Dockerfiles' digest-pinned bases (default); stand-in: local stand-ins")
     b.add_argument("--manifest", type=Path, help="write what was built (JSON) to this file")
     sub.add_parser("list", help="images in the storage")
-    sub.add_parser("clean", help="remove every image and container of the storage")
+    sub.add_parser("clean", help="remove every container (podman's included), named volume, network and image of the "
+                                 "storage")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s images: %(message)s", datefmt="%H:%M:%S")
@@ -62,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for driver in ("overlay", "vfs"):  # every storage root a build made, whichever driver
                 if (STORE / driver).is_dir():
-                    Buildah(driver=driver).wipe()
+                    buildah = Buildah(driver=driver)
+                    if shutil.which("podman"):  # containers the tests ran: stopped and removed before their images
+                        Podman(buildah).remove_everything()
+                    buildah.wipe()
                     log.info("emptied %s", STORE / driver)
     except BuildFailed as exc:
         log.error("%s", exc)

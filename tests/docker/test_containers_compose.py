@@ -1,0 +1,269 @@
+"""`compose up` for real: docker/compose.yaml + the CPU overlay (compose.cpu.yaml) + the baseline overlay, profile
+monitoring, with podman-compose: vLLM (the image the session built on the CPU stand-in), the sidecar, Prometheus and
+Alertmanager (the pinned releases, from Debian's packages: no registry is reachable here), wired by compose.yaml
+itself; Alertmanager notifies a webhook receiver this test runs on the compose network's gateway.
+
+One life of the stack, as an operator lives it:
+1. vLLM comes up; the accuracy reference is recorded from it (`vllm-rocm-health baseline record`, as the README
+   says); the rest comes up; every healthcheck passes, the sidecar is Ready, no alert is pending or firing.
+2. The model is swapped for the perturbed copy (`VLLM_MODEL_DIR=... up -d --force-recreate --no-deps vllm`):
+   the sidecar says 503, the canary alert fires in Prometheus and Alertmanager delivers it to the receiver.
+3. Back to the good model: the alert resolves and the receiver hears that too.
+4. `compose down` leaves nothing running; the named volumes hold what compose.yaml says they hold.
+
+Grafana (no Debian package) is not started; `service_healthy` ordering is not enforced by podman 4.3 (see
+docker/README.md, "Tested without a GPU").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from vllm_rocm_stack.alertmanager import EXAMPLE_CONFIG, WebhookReceiver, local_config, notifications
+from vllm_rocm_stack.config import WORK
+from vllm_rocm_stack.images.build import store_lock
+from vllm_rocm_stack.images.podman import Podman
+from vllm_rocm_stack.images.standin import StandIns
+from vllm_rocm_stack.prometheus import rules_with_for
+
+from tests.docker.conftest import CPU_TARGET
+from tests.support.vllm_server import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER = REPO / "docker"
+FILES = [DOCKER / "compose.yaml", DOCKER / "compose.cpu.yaml", DOCKER / "compose.baseline.yaml"]
+RULES = REPO / "charts" / "vllm-rocm" / "files" / "alerts.rules.yaml"
+RUNBOOK = REPO / "charts" / "vllm-rocm" / "docs" / "runbook.md"
+PROJECT = "vllm-rocm-test"
+SERVICES = ["vllm", "health", "prometheus", "alertmanager"]
+GOOD = WORK / "models" / "smollm2-135m-instruct"
+BAD = WORK / "models" / "smollm2-135m-instruct-perturbed"
+CANARY_FAILURES = ("VllmCanaryScoreBelowThreshold", "VllmCanaryFingerprintDrift")
+# A vLLM start on 2 busy cores took ~1-3 min; this bounds a start that will not come.
+START_TIMEOUT = 900
+# The shipped prometheus.yml scrapes and evaluates every 15 s; the test's copies of the rules hold an alert
+# pending for one evaluation, and Alertmanager groups for 5 s (the routing is otherwise the shipped one).
+ALERT_FOR = "15s"
+GROUP_TIMING = "5s"
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
+
+def get(url: str, timeout: float = 10) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+class Stack:
+    def __init__(self, podman: Podman, env: dict[str, str], ports: dict[str, int], tmp: Path) -> None:
+        self.podman, self.env, self.ports, self.tmp = podman, env, ports, tmp
+
+    def compose(self, *args: str, timeout: float = 600, **extra: str) -> str:
+        proc = self.podman.compose(FILES, PROJECT, *args, env={**self.env, **extra}, timeout=timeout, check=False)
+        assert proc.returncode == 0, f"podman-compose {' '.join(args)} failed ({proc.returncode}):\n" \
+                                     f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        return proc.stdout
+
+    def containers(self, all_: bool = True) -> dict[str, str]:
+        """service -> container name, of this project."""
+        argv = ["ps", "--format", "json", "--filter", f"label=io.podman.compose.project={PROJECT}"]
+        out = json.loads(self.podman(*argv, *(["--all"] if all_ else [])).stdout or "[]")
+        return {c["Labels"]["com.docker.compose.service"]: c["Names"][0] for c in out}
+
+    def running(self, service: str) -> str:
+        """"" when the service's container runs, else its state and log tail."""
+        name = self.containers().get(service)
+        if not name:
+            return f"no {service} container"
+        state = self.podman.inspect(name)["State"]
+        if state["Running"]:
+            return ""
+        logs = self.podman("logs", "--tail", "60", name, check=False)
+        return f"{service} is {state['Status']} (exit {state['ExitCode']}):\n{logs.stdout}{logs.stderr}"
+
+    def url(self, service: str, path: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service]}{path}"
+
+    def wait(self, what: str, check, timeout: float, services: tuple[str, ...] = ()) -> float:  # noqa: ANN001
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if check():
+                return time.monotonic() - t0
+            for s in services:
+                why = self.running(s)
+                assert not why, f"while waiting for {what}: {why}"
+            time.sleep(1)
+        pytest.fail(f"{what}: not within {timeout:.0f} s; containers {self.containers()}")
+
+    def prom(self, path: str) -> dict:
+        code, body = get(self.url("prometheus", path))
+        assert code == 200, (path, code, body[:300])
+        return json.loads(body)["data"]
+
+
+@pytest.fixture(scope="module")
+def monitoring_images(podman: Podman) -> dict[str, str]:
+    with store_lock():
+        standins = StandIns(podman.b)
+        return {kind: standins.monitoring(kind).name for kind in ("prometheus", "alertmanager")}
+
+
+@pytest.fixture(scope="module")
+def stack(podman: Podman, built_images: dict, monitoring_images: dict[str, str],
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    for model in (GOOD, BAD):
+        if not (model / "config.json").is_file():
+            pytest.fail(f"{model} is missing: run `make setup-vllm` (make test does it)")
+    tmp = tmp_path_factory.mktemp("compose")
+    ports = {s: free_port() for s in (*SERVICES, "grafana")}
+    env = {"VLLM_IMAGE": built_images["by_target"][CPU_TARGET]["image"],
+           "HEALTH_IMAGE": built_images["by_target"]["vllm-rocm-health"]["image"],
+           "PROMETHEUS_IMAGE": monitoring_images["prometheus"], "ALERTMANAGER_IMAGE": monitoring_images["alertmanager"],
+           "VLLM_MODEL_DIR": str(GOOD), "CANARY_BASELINE": str(tmp / "baseline.json"),
+           "ALERT_RULES_FILE": str(rules_with_for(RULES, tmp / "alerts.rules.yaml", ALERT_FOR)),
+           "ALERTMANAGER_CONFIG": str(tmp / "alertmanager.yml"),
+           "VLLM_PORT_HOST": str(ports["vllm"]), "HEALTH_PORT_HOST": str(ports["health"]),
+           "PROMETHEUS_PORT_HOST": str(ports["prometheus"]), "ALERTMANAGER_PORT_HOST": str(ports["alertmanager"]),
+           "GRAFANA_PORT_HOST": str(ports["grafana"])}
+    s = Stack(podman, env, ports, tmp)
+    s.compose("down", "--volumes", timeout=300)  # an interrupted earlier run
+    try:
+        yield s
+    finally:
+        podman.compose(FILES, PROJECT, "down", "--volumes", env=env, timeout=300, check=False)
+
+
+def test_compose_up_alert_reaches_the_receiver(stack: Stack) -> None:
+    t_start = time.monotonic()
+    # 1. vLLM first: the accuracy reference is recorded from it, as docker/README.md says.
+    stack.compose("up", "-d", "vllm")
+    took = stack.wait("vLLM /health", lambda: get(stack.url("vllm", "/health"))[0] == 200, START_TIMEOUT, ("vllm",))
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_health", "baseline", "record", "--out", stack.env["CANARY_BASELINE"],
+         "--vllm-url", stack.url("vllm", ""), "--notes", "compose test: the good model"],
+        capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    canary_run = time.monotonic() - t0
+    patience = 10 * canary_run + 2 * took + 180
+
+    # The receiver, on the compose network's gateway: what host.containers.internal names inside the containers.
+    network = json.loads(stack.podman("network", "inspect", f"{PROJECT}_default").stdout)[0]
+    gateway = network["subnets"][0]["gateway"]
+    receiver = WebhookReceiver(free_port(), stack.tmp / "notifications.jsonl", say=print, host=gateway)
+    receiver.start()
+    try:
+        config = local_config(yaml.safe_load(EXAMPLE_CONFIG.read_text()),
+                              f"http://host.containers.internal:{receiver.port}", timing=GROUP_TIMING)
+        Path(stack.env["ALERTMANAGER_CONFIG"]).write_text(yaml.safe_dump(config, sort_keys=False))
+        stack.compose("--profile", "monitoring", "up", "-d", *SERVICES)
+        running = stack.containers(all_=False)
+        assert sorted(running) == sorted(SERVICES), running
+        _healthy(stack, patience)
+        _alert_cycle(stack, receiver, patience)
+    finally:
+        receiver.stop()
+    _down(stack)
+    print(f"compose test: vLLM healthy after {took:.0f} s, a canary run {canary_run:.0f} s, "
+          f"whole life {time.monotonic() - t_start:.0f} s")
+
+
+def _healthy(stack: Stack, patience: float) -> None:
+    stack.wait("sidecar /readyz 200", lambda: get(stack.url("health", "/readyz"))[0] == 200, patience, SERVICES)
+    names = stack.containers(all_=False)
+    for service in SERVICES:  # what podman's healthcheck timer would run, there being no systemd here
+        ok, out = stack.podman.healthcheck(names[service])
+        assert ok, f"{service}: healthcheck failed: {out}"
+    targets = {}
+
+    def scraped() -> bool:
+        targets.update({t["labels"]["job"]: t["health"] for t in stack.prom("/api/v1/targets")["activeTargets"]})
+        return targets.get("vllm-rocm-health") == "up" and targets.get("vllm") == "up"
+
+    stack.wait("Prometheus scraping the sidecar and vLLM", scraped, patience, SERVICES)
+    evaluated = stack.prom("/api/v1/rules")["groups"][0]["lastEvaluation"]
+    stack.wait("two rule evaluations after ready",
+               lambda: stack.prom("/api/v1/rules")["groups"][0]["lastEvaluation"] > evaluated, 120, SERVICES)
+    assert stack.prom("/api/v1/alerts")["alerts"] == [], "an alert is pending or firing on a healthy stack"
+    am = json.loads(get(stack.url("alertmanager", "/api/v2/status"))[1])
+    assert am["cluster"]["status"] == "disabled" and "host.containers.internal" in am["config"]["original"]
+
+
+def _alert_cycle(stack: Stack, receiver: WebhookReceiver, patience: float) -> None:
+    notes = receiver.out_path
+    assert notifications(notes) == [], "a healthy start notified something"
+    instance = "health:9400"  # the target as the shipped prometheus.yml names it
+
+    def notified(status: str) -> list[tuple[dict, dict]]:
+        return [(p, a) for p in notifications(notes) for a in p["alerts"]
+                if a["labels"].get("alertname") in CANARY_FAILURES and a["labels"].get("instance") == instance
+                and a["status"] == status]
+
+    # 2. The perturbed model, as an operator swaps a model: the vLLM service restarted with another volume.
+    t0 = time.monotonic()
+    stack.compose("up", "-d", "--force-recreate", "--no-deps", "vllm", VLLM_MODEL_DIR=str(BAD))
+    saw_503 = []
+
+    def not_ready() -> bool:
+        code, body = get(stack.url("health", "/readyz"))
+        if code == 503:
+            saw_503.append(json.loads(body)["reason"])
+        return code == 503
+
+    stack.wait("sidecar 503 after the model swap", not_ready, patience, SERVICES)
+    stack.wait("a canary alert notified", lambda: bool(notified("firing")), patience, SERVICES)
+    fired = time.monotonic() - t0
+    payload, alert = notified("firing")[0]
+    assert payload["receiver"] == "vllm-rocm-critical" and payload["status"] == "firing", payload
+    assert alert["labels"]["severity"] == "critical" and alert["labels"]["job"] == "vllm-rocm-health", alert
+    assert instance in alert["annotations"]["summary"] and alert["annotations"]["description"], alert
+    name = alert["labels"]["alertname"]
+    assert alert["annotations"]["runbook_url"] == f"charts/vllm-rocm/docs/runbook.md#{name.lower()}", alert
+    assert f"\n## {name}\n" in RUNBOOK.read_text()
+    firing = {a["labels"]["alertname"] for a in stack.prom("/api/v1/alerts")["alerts"] if a["state"] == "firing"}
+    assert name in firing, firing
+    code, body = get(stack.url("health", "/readyz"))
+    assert code == 503 and json.loads(body)["reason"], body
+
+    # 3. The good model back: the alert resolves, the receiver hears it, the sidecar is Ready again.
+    t1 = time.monotonic()
+    stack.compose("up", "-d", "--force-recreate", "--no-deps", "vllm", VLLM_MODEL_DIR=str(GOOD))
+    stack.wait("the resolved notification", lambda: any(a["labels"]["alertname"] == name for _, a in
+                                                        notified("resolved")), patience, SERVICES)
+    stack.wait("sidecar Ready on the good model", lambda: get(stack.url("health", "/readyz"))[0] == 200, patience,
+               SERVICES)
+    print(f"model swap -> notified firing {fired:.0f} s ({name}; 503 reasons {sorted(set(saw_503))[:3]}), "
+          f"swap back -> resolved {time.monotonic() - t1:.0f} s")
+
+
+def _down(stack: Stack) -> None:
+    """4. down: nothing runs; the named volumes stay and hold what compose.yaml says."""
+    stack.compose("down", timeout=300)
+    assert stack.containers() == {}, stack.containers()
+    volumes = {}
+    for name in ("vllm-logs", "hf-cache", "prometheus-data", "alertmanager-data"):
+        info = json.loads(stack.podman("volume", "inspect", f"{PROJECT}_{name}").stdout)[0]
+        volumes[name] = Path(info["Mountpoint"])
+    log = (volumes["vllm-logs"] / "vllm.log").read_text(errors="replace")
+    # three engines wrote to it: the good model, the perturbed one, the good one again (vLLM 0.32.0's entry.py line)
+    assert log.count("Starting vLLM server on http://0.0.0.0:8000") == 3, log[-2000:]
+    assert (volumes["prometheus-data"] / "wal").is_dir(), list(volumes["prometheus-data"].iterdir())
+    assert (volumes["alertmanager-data"] / "nflog").is_file(), list(volumes["alertmanager-data"].iterdir())
+    assert volumes["hf-cache"].is_dir()  # the model came from a mounted directory: nothing from a hub
+    stack.compose("down", "--volumes", timeout=300)
+    gone = stack.podman("volume", "ls", "--format", "{{.Name}}").stdout.split()
+    assert not [v for v in gone if v.startswith(f"{PROJECT}_")], gone
