@@ -5,6 +5,8 @@ VENV := $(WORK)/venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(WORK)/bin:$(PATH)
 IMAGE_BASES ?= pinned
+# What `make lint` runs: the linters' tests (ruff, mypy, shellcheck, hadolint), none that builds an image.
+LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
 
 .PHONY: help setup setup-vllm run test test-fast lint bench qualify images patches-status dashboard lock clean
 
@@ -33,8 +35,8 @@ test: setup-vllm ## Set up and run every test
 test-fast: setup ## Tests that need neither a vLLM server nor the vLLM venv
 	@$(PY) -m pytest -m "not live and not vllm_venv" $(PYTEST_ARGS)
 
-lint: setup ## ruff on the Python code, shellcheck on scripts, hadolint on Dockerfiles
-	@$(PY) -m pytest -q tests/test_lint.py $(wildcard tests/docker)
+lint: setup ## Lint only, no image builds: ruff and mypy on the Python code, shellcheck on scripts, hadolint on Dockerfiles
+	@$(PY) -m pytest -q $(LINT_TESTS)
 
 bench: $(if $(call wants_help,$(BENCH_ARGS)),,setup-vllm) ## Measure what the sidecar and canary cost, next to baselines (~5 min; prints ratios, no asserts)
 	@$(if $(call wants_help,$(BENCH_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.bench $(BENCH_ARGS)

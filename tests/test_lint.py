@@ -1,4 +1,5 @@
-"""The project's own code stays lint-clean: ruff on the Python, shellcheck on the tool scripts."""
+"""The project's own code stays lint-clean: ruff on the Python, mypy on the three source roots, shellcheck on the
+tool scripts."""
 from __future__ import annotations
 
 import subprocess
@@ -12,6 +13,12 @@ BIN = Path(sys.executable).parent
 def test_ruff() -> None:
     res = subprocess.run([str(BIN / "ruff"), "check", "--output-format", "concise", "patches/src", "health/src",
                           "tools", "tests"], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_mypy() -> None:
+    # What and how strictly: pyproject.toml's [tool.mypy] (patches/src, health/src, tools/src as Python 3.10).
+    res = subprocess.run([str(BIN / "mypy")], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,20 @@ def test_make_help_lists_the_targets(tmp_path: Path) -> None:
     out = make("help", work=tmp_path / "work").stdout
     for target in ("run", "test", "bench", "patches-status", "dashboard", "setup", "clean"):
         assert f"  {target} " in out, out
+
+
+def test_make_lint_runs_the_linters_and_builds_no_image(tmp_path: Path) -> None:
+    # `make lint` is lint only: the pytest run it makes has the linters' tests and none that asks for the image
+    # builds (tests/docker's built_images fixture). --setup-plan lists each test's fixtures without running any.
+    dry = make("-n", "lint", work=tmp_path / "work")
+    command = next(line for line in dry.stdout.splitlines() if " -m pytest " in line)
+    paths = [a for a in command.split(" -m pytest ", 1)[1].split() if not a.startswith("-")]
+    plan = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--setup-plan", *paths], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "built_images" not in plan.stdout, plan.stdout
+    for test in ("test_ruff", "test_mypy", "test_shellcheck_tool_scripts", "test_hadolint_clean"):
+        assert f"::{test}" in plan.stdout, (test, plan.stdout)
 
 
 def test_patches_status_needs_a_target_and_runs_without_the_venv(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -51,7 +52,7 @@ class Sidecar:
         self._slow_runs = 0  # consecutive canary runs that found the server slow (back-off exponent)
         self.supervisor = Supervisor(self._workers(), self.stop)
         self.registry.register(WorkerCollector(self.supervisor.statuses))
-        self.http = None
+        self.http: ThreadingHTTPServer | None = None
 
     def _qualification(self) -> tuple[Baseline | None, frozenset[str]]:
         """The baseline a qualification report carries (when no --canary-baseline is given) and the modes it failed.

@@ -78,7 +78,7 @@ def _fields(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, t
     out = []
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             out += _fields(tp, prefix + f.name + "_")
         else:
             out.append((prefix + f.name, f, _base_type(tp)))
@@ -113,7 +113,7 @@ def _build(cls: type, ns: argparse.Namespace, prefix: str = "") -> Any:
     kwargs = {}
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             kwargs[f.name] = _build(tp, ns, prefix + f.name + "_")
         else:
             kwargs[f.name] = getattr(ns, prefix + f.name)

@@ -250,6 +250,7 @@ def _known_issues_command(args: argparse.Namespace, data: known_issues.KnownIssu
             env[name] = value
     try:
         mode = args.mode or (known_issues.default_mode(args.release) if args.release else None)
+        backend: str | None
         if args.backend is not None:
             backend, how = known_issues.canonical_attention_backend(args.backend), "given"
         else:

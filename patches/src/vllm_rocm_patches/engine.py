@@ -187,8 +187,8 @@ def _analyze_patches(entries: list[series.Entry], root: Path, release: str) -> d
         for rel, hashes in entry.files.items():
             link = seen.get(rel, 0) + 1
             seen[rel] = link
-            actual = fsio.sha256_bytes(disk[rel]) if rel in disk else None
-            res.files[rel] = {"before": actual, "pristine_sha256": hashes["pristine_sha256"],
+            before = fsio.sha256_bytes(disk[rel]) if rel in disk else None
+            res.files[rel] = {"before": before, "pristine_sha256": hashes["pristine_sha256"],
                               "patched_sha256": hashes["patched_sha256"]}
             if rel in problems:
                 msgs.append(problems[rel])
@@ -456,7 +456,7 @@ def _write(target: Target, contents: dict[str, bytes], rep: Report) -> None:
             if new_record != record.read_text(encoding="utf-8"):
                 writer.stage(record, new_record.encode("utf-8"))
                 rep.record_notes.append(
-                    f"updated {target.dist_info.name}/RECORD for {', '.join(sorted(contents))}"
+                    f"updated {record.parent.name}/RECORD for {', '.join(sorted(contents))}"
                 )
         else:
             rep.record_notes.append("no dist-info RECORD found; nothing to keep consistent")

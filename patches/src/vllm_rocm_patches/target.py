@@ -138,18 +138,15 @@ def _version_from_module(path: Path) -> str | None:
     except (OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
-        targets = []
         if isinstance(node, ast.Assign):
-            targets = node.targets
+            targets, value = node.targets, node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets = [node.target]
+            targets, value = [node.target], node.value
+        else:
+            continue
         names = {t.id for t in targets if isinstance(t, ast.Name)}
-        if (
-            names & {"__version__", "version"}
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-        ):
-            return node.value.value
+        if names & {"__version__", "version"} and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return value.value
     return None
 
 

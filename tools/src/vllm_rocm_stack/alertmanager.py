@@ -126,7 +126,7 @@ class WebhookReceiver:
 
 def notifications(path: Path) -> list[dict[str, Any]]:
     """The payloads a WebhookReceiver wrote, oldest first (a line being written is skipped)."""
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:

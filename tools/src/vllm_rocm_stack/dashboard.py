@@ -14,8 +14,10 @@ import argparse
 import json
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # The SDK marks the classic (v1) dashboard model deprecated in favour of the v2 schema. v1 JSON is what Grafana's
 # file provisioning and kube-prometheus-stack's dashboard sidecar load, so that is what is built here.
@@ -254,9 +256,10 @@ def _mappings(spec: PanelSpec) -> list[dm.ValueMap]:
             for i, (value, text, color) in enumerate(spec.mappings)]
 
 
-def _panel(spec: PanelSpec, panel_id: int):  # noqa: ANN202 - the SDK's panel builders share no public base type
-    builder = {"timeseries": timeseries.Panel, "stat": stat.Panel, "table": table.Panel,
-               "statetimeline": statetimeline.Panel}[spec.kind]()
+def _panel(spec: PanelSpec, panel_id: int) -> Any:  # the SDK's panel builders share no public base type
+    kinds: dict[str, Callable[[], Any]] = {"timeseries": timeseries.Panel, "stat": stat.Panel, "table": table.Panel,
+                                           "statetimeline": statetimeline.Panel}
+    builder = kinds[spec.kind]()
     builder = (builder.id(panel_id).title(spec.title).description(spec.description).datasource(DATASOURCE)
                .span(spec.width).height(spec.height))
     for i, q in enumerate(spec.queries):

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,8 @@ class ManagedProcess:
         return self.proc.returncode
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.5, on_tick=None) -> bool:
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.5,
+               on_tick: Callable[[float], None] | None = None) -> bool:
     """Poll `predicate` until it is true or `timeout` seconds pass; `on_tick(elapsed)` reports progress."""
     start = time.monotonic()
     while True:

@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -143,7 +144,7 @@ class Stack:
             raise RuntimeError(f"the sidecar exited ({self.sidecar.returncode()}):\n{self.sidecar.log_tail()}")
         return True
 
-    def _progress(self, what: str):
+    def _progress(self, what: str) -> Callable[[float], None]:
         last = [0.0]
 
         def tick(elapsed: float) -> None:

@@ -108,14 +108,18 @@ def bench_flip(servers: Servers, baseline: Path, work: Path, interval: float, re
     try:
         if not sc.wait_for(lambda: sc.value("vllm_canary_passing") == 1, interval + 180):
             raise RuntimeError(f"the canary never passed on the good server:\n{sc.log_path.read_text()[-2000:]}")
-        fail, recover = [], []
+        fail: list[float] = []
+        recover: list[float] = []
         for _ in range(reps):
             for target, want, out in ((servers.bad_url, 0, fail), (servers.good_url, 1, recover)):
                 time.sleep(rng.uniform(0, interval))
                 fails = sc.total("vllm_canary_runs_total", outcome="fail")
                 proxy.switch(target)
                 t0 = time.monotonic()
-                ok = sc.wait_for(lambda want=want: sc.value("vllm_canary_passing") == want, 2 * interval + 180)
+
+                def flipped(want: int = want) -> bool:
+                    return sc.value("vllm_canary_passing") == want
+                ok = sc.wait_for(flipped, 2 * interval + 180)
                 if not ok:
                     raise RuntimeError(f"canary did not flip to {want}:\n{sc.log_path.read_text()[-2000:]}")
                 out.append(time.monotonic() - t0)
@@ -153,12 +157,15 @@ def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_p
             with live.open("ab") as f:
                 f.write(data[i * len(data) // total_runs:end])
             want = data.count(b"\n", 0, end)
-            if not sc.wait_for(lambda w=want: (sc.value("vllm_sidecar_log_lines_total") or 0) >= w, 120):
+
+            def read_all(w: int = want) -> bool:
+                return (sc.value("vllm_sidecar_log_lines_total") or 0) >= w
+            if not sc.wait_for(read_all, 120):
                 raise RuntimeError(f"the sidecar did not read {want} log lines within 120 s")
 
-            def runs() -> float:
-                return sc.total("vllm_canary_runs_total")
-            if not sc.wait_for(lambda i=i: runs() >= i + 1, interval + 180):
+            def ran(i: int = i) -> bool:
+                return sc.total("vllm_canary_runs_total") >= i + 1
+            if not sc.wait_for(ran, interval + 180):
                 raise RuntimeError(f"canary run {i + 1} never came:\n{sc.log_path.read_text()[-2000:]}")
             c, r = cpu_and_rss(sc.proc.pid)
             cpu.append(c - cpu0)

@@ -48,11 +48,14 @@ def bench_sidecar(work: Path, reps: int, load_lines: int, idle_seconds: float) -
         t0 = time.perf_counter()
         for i in range(SLICES):
             start, end = i * len(data) // SLICES, (i + 1) * len(data) // SLICES
-            with log.open("ab") as f:
-                f.write(data[start:end])
+            with log.open("ab") as out:
+                out.write(data[start:end])
             # Complete lines written so far (a slice may end mid-line; that line is held back until completed).
             target = 2 * reps + data.count(b"\n", 0, end)
-            if not sc.wait_for(lambda t=target: (sc.value("vllm_sidecar_log_lines_total") or 0) >= t, 120):
+
+            def read_all(t: int = target) -> bool:
+                return (sc.value("vllm_sidecar_log_lines_total") or 0) >= t
+            if not sc.wait_for(read_all, 120):
                 raise RuntimeError(f"the sidecar did not read {target} lines within 120 s")
             rss.append(cpu_and_rss(sc.proc.pid)[1])
         wall = time.perf_counter() - t0

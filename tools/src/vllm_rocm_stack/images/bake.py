@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..config import REPO
 
@@ -144,13 +145,13 @@ def load(path: Path = BAKE_FILE, env: Mapping[str, str] | None = None) -> BakeFi
     variables = {label: str(env.get(label, body.get("default", ""))) for kind, label, body in blocks
                  if kind == "variable"}
 
-    def value(v: object, where: str) -> object:
+    def value(v: object, where: str) -> Any:  # a str, or a list/dict of them, as the HCL says: checked by the caller
         if isinstance(v, _Ref):
             if v.name not in variables:
                 raise BakeError(f"{where}: {v.name} is not a declared variable")
             return variables[v.name]
         if isinstance(v, str):
-            return _INTERP.sub(lambda m: value(_Ref(m.group(1)), where), v)  # type: ignore[arg-type,return-value]
+            return _INTERP.sub(lambda m: value(_Ref(m.group(1)), where), v)
         if isinstance(v, list):
             return [value(x, where) for x in v]
         if isinstance(v, dict):
@@ -171,7 +172,7 @@ def load(path: Path = BAKE_FILE, env: Mapping[str, str] | None = None) -> BakeFi
             raise BakeError(f"target {seen[-1] if seen else name} inherits unknown target {name!r}")
         body = raw[name]
         out: dict = {}
-        for parent in value(body.get("inherits", []), f"target {name}"):  # type: ignore[union-attr]
+        for parent in value(body.get("inherits", []), f"target {name}"):
             parent_body = merged(parent, (*seen, name))
             out.update({k: v for k, v in parent_body.items() if k != "args"})
             out["args"] = {**out.get("args", {}), **parent_body.get("args", {})}
@@ -190,4 +191,4 @@ def load(path: Path = BAKE_FILE, env: Mapping[str, str] | None = None) -> BakeFi
             raise BakeError(f"target {name} names no dockerfile")
         targets[name] = Target(name=name, dockerfile=body["dockerfile"], context=body.get("context", "."),
                                args={k: str(v) for k, v in body["args"].items()}, tags=list(body.get("tags", [])))
-    return BakeFile(variables=variables, targets=targets, groups=groups)  # type: ignore[arg-type]
+    return BakeFile(variables=variables, targets=targets, groups=groups)

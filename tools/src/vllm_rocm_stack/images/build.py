@@ -75,14 +75,14 @@ def base_args(dockerfile: Path) -> tuple[str, str]:
     FROM must use the same pair; `FROM <stage>` lines are skipped)."""
     text = dockerfile.read_text(encoding="utf-8")
     stages = {m.group(1).lower() for m in re.finditer(r"^FROM\s+.*\s+AS\s+(\S+)\s*$", text, re.M | re.I)}
-    pairs = set()
+    pairs: set[tuple[str, str]] = set()
     for ref in _FROM.findall(text):
         if ref.lower() in stages:
             continue
         m = _BASE_ARGS.match(ref)
         if not m:
             raise BuildahError(f"{dockerfile}: FROM {ref} is not ${{IMAGE}}@${{DIGEST}}: its base cannot be replaced")
-        pairs.add(m.groups())
+        pairs.add((m.group(1), m.group(2)))
     if len(pairs) != 1:
         raise BuildahError(f"{dockerfile}: expected one base image (FROM ${{IMAGE}}@${{DIGEST}}), found {pairs}")
     return pairs.pop()

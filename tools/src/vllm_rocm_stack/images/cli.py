@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                      manifest.store_bytes / 2**30)
         elif args.command == "list":
             buildah = Buildah()
-            for img in buildah.images():
-                names = ", ".join(img.get("names") or ["<none>"])
-                print(f"{img['id'][:12]}  {img.get('size', '?'):>10}  {names}")
+            for stored in buildah.images():
+                names = ", ".join(stored.get("names") or ["<none>"])
+                print(f"{stored['id'][:12]}  {stored.get('size', '?'):>10}  {names}")
             print(json.dumps({"driver": buildah.driver, "store_gib": round(buildah.disk_bytes() / 2**30, 2)}))
         else:
             for driver in ("overlay", "vfs"):  # every storage root a build made, whichever driver

@@ -15,7 +15,8 @@ def verdict(row: dict[str, Any]) -> tuple[str, str]:
     """pass | fail (wrong answers) | error (could not be measured: no start, failed requests), with why."""
     if row.get("status") != "ok":
         return "error", row.get("reason") or row.get("status", "not run")
-    fails, errors = [], []
+    fails: list[str] = []
+    errors: list[str] = []
     for shape, a in (row.get("agreement") or {}).items():
         if not a.get("ok"):
             (fails if a.get("disagree") or "drift" in a.get("why", "") else errors).append(f"{shape}: {a.get('why')}")

@@ -36,6 +36,11 @@ class NoReference(Exception):
     pass
 
 
+def _tagged(say: Callable[[str], None], tag: str) -> Callable[[str], None]:
+    """`say` with every message prefixed by `tag` (bound now, not when a message comes)."""
+    return lambda m: say(f"{tag} {m}")
+
+
 class Qualification:
     def __init__(self, cfg: QualifyConfig, say: Callable[[str], None]) -> None:
         cfg.validate()
@@ -46,7 +51,9 @@ class Qualification:
         self.say = say
         self.workdir = cfg.workdir
         self.env = server_env(cfg.workdir / "cache")
-        self.env.update(e.split("=", 1) for e in cfg.env)
+        for item in cfg.env:  # KEY=VALUE: cfg.validate() checked the =
+            key, _, value = item.partition("=")
+            self.env[key] = value
         self.server: ModeServer | None = None
         self.reference: dict[str, Any] | None = None  # shapes' requests and outputs, the throughput prompt
         self.report: dict[str, Any] = {}
@@ -99,7 +106,7 @@ class Qualification:
                 if self.reference is None and i > 1:
                     self._keep(self._row(label, status="skipped", reason="the reference did not finish"))
                     continue
-                self._keep(self._mode(label, i == 1, lambda m, tag=tag: self.say(f"{tag} {m}")))
+                self._keep(self._mode(label, i == 1, _tagged(self.say, tag)))
                 self._save()
         except KeyboardInterrupt:
             self.say("interrupted: servers stopped; the report keeps the modes that finished")
