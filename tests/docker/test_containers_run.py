@@ -223,7 +223,8 @@ def test_sidecar_lines_gate_readiness_on_a_canary_pass(docker: dict, podman: Pod
     r = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "baseline", "record", "--out", "baseline.json",
                         "--vllm-url", f"http://127.0.0.1:{docker['ports']['8000']}"], cwd=docker["cwd"],
                        capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout + r.stderr
+    vllm_log = podman("logs", "vllm", check=False).stdout[-5000:] if r.returncode else ""
+    assert r.returncode == 0, f"{r.stdout}{r.stderr}\nvLLM container:\n{vllm_log}"
     canary_run = time.monotonic() - t0
     r = sh(docker, sidecar_line)
     assert r.returncode == 0, f"{sidecar_line}\n{r.stdout}{r.stderr}"

