@@ -21,8 +21,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +34,7 @@ from vllm_rocm_stack.images.standin import StandIns
 from vllm_rocm_stack.prometheus import rules_with_for
 
 from tests.docker.conftest import CPU_TARGET
+from tests.support.http import get
 from tests.support.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,16 +55,6 @@ ALERT_FOR = "15s"
 GROUP_TIMING = "5s"
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
-
-
-def get(url: str, timeout: float = 10) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except (urllib.error.URLError, OSError):
-        return 0, b""
 
 
 class Stack:

@@ -25,6 +25,7 @@ from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.images.podman import Podman
 
 from tests.docker.conftest import CPU_TARGET
+from tests.support.http import get
 from tests.support.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,16 +127,6 @@ def sh(docker: dict, line: str, timeout: float = 300) -> subprocess.CompletedPro
 def changes(docker: dict) -> list[dict]:
     path: Path = docker["record"]
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def get(url: str, timeout: float = 10) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except (urllib.error.URLError, OSError):
-        return 0, b""
 
 
 def wait_healthy(port: str, alive: Callable[[], str], what: str) -> float:
