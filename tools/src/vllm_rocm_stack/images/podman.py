@@ -115,10 +115,6 @@ class Podman:
         proc = self("healthcheck", "run", container, check=False, timeout=120)
         return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
-    def running(self, label: str = "") -> list[str]:
-        argv = ["ps", "--format", "{{.Names}}"] + (["--filter", f"label={label}"] if label else [])
-        return [n for n in self(*argv).stdout.split() if n]
-
     def remove_everything(self) -> None:
         """Every container, pod, named volume and network of this storage (make clean, and after a failed test)."""
         self("rm", "--all", "--force", "--time", "10", check=False, timeout=300)
