@@ -1,9 +1,12 @@
 # The two commands a new user needs: `make run` and `make test`. Everything is installed into .work/.
 SHELL := /bin/bash
+# WORK moves every generated file (venvs, tools, caches, models, images, test and run state) for every tool: it
+# reaches them as VLLM_ROCM_WORK, an absolute path (tools/bootstrap.sh, setup-vllm-cpu.sh, vllm_rocm_stack.config).
 WORK ?= .work
-VENV := $(WORK)/venv
+export VLLM_ROCM_WORK := $(abspath $(WORK))
+VENV := $(VLLM_ROCM_WORK)/venv
 PY := $(VENV)/bin/python
-export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(WORK)/bin:$(PATH)
+export PATH := $(VENV)/bin:$(VLLM_ROCM_WORK)/bin:$(PATH)
 IMAGE_BASES ?= pinned
 # What `make lint` runs: the linters' tests (ruff, mypy, shellcheck, hadolint), none that builds an image.
 LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
@@ -13,12 +16,12 @@ LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
 # `make run RUN_ARGS=--help`, `make bench BENCH_ARGS=--help`, `make qualify QUALIFY_ARGS=--help`: the help at once with the system python
 # (those paths import only the standard library), instead of installing vLLM first.
 wants_help = $(filter -h --help,$(1))
-HELP_PY := PYTHONPATH=$(CURDIR)/tools/src:$(CURDIR)/health/src:$(CURDIR)/patches/src python3
+HELP_PY := PYTHONPATH=$(CURDIR)/tools/src:$(CURDIR)/qualify/src:$(CURDIR)/health/src:$(CURDIR)/patches/src:$(CURDIR)/known-issues/src python3
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
-setup: ## Install the venv and helm into .work/, and the pinned Debian packages (prometheus, alertmanager, ...) (idempotent)
+setup: ## Install the venv and helm into WORK (.work/), and the pinned Debian packages (prometheus, alertmanager, ...) (idempotent)
 	@bash tools/bootstrap.sh
 
 setup-vllm: setup ## Install the real vLLM CPU build and build the offline models
@@ -44,13 +47,17 @@ bench: $(if $(call wants_help,$(BENCH_ARGS)),,setup-vllm) ## Measure what the si
 patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-packages> or PATCHES_ARGS="--python <python>"
 	@if [ -z "$(TARGET)$(PATCHES_ARGS)" ]; then \
 	  echo "usage: make patches-status TARGET=/path/to/site-packages  (or PATCHES_ARGS=\"--python /path/to/python\")" >&2; exit 2; fi
-	@PYTHONPATH=$(CURDIR)/patches/src python3 -m vllm_rocm_patches status $(TARGET) $(PATCHES_ARGS)
+	@PYTHONPATH=$(CURDIR)/patches/src:$(CURDIR)/known-issues/src python3 -m vllm_rocm_patches status $(TARGET) $(PATCHES_ARGS)
 
 dashboard: setup ## Regenerate the Grafana dashboard JSON of the chart from tools/src/vllm_rocm_stack/dashboard.py
 	@$(PY) -m vllm_rocm_stack.dashboard --write
 
+# This repository's CPU build, model and work directory: an installed `vllm-rocm qualify` defaults to `vllm serve`.
+QUALIFY_CPU_ARGS = --model $(VLLM_ROCM_WORK)/models/smollm2-135m-instruct --served-model-name smollm2-135m-instruct \
+  --workdir $(VLLM_ROCM_WORK)/qualify --env VLLM_CPU_KVCACHE_SPACE=1 \
+  --command '$(VLLM_ROCM_WORK)/vllm-venv/bin/python -m vllm.entrypoints.openai.api_server --model {model} --served-model-name {served_model_name} --host 127.0.0.1 --port {port} --seed 0 {mode_args}'
 qualify: $(if $(call wants_help,$(QUALIFY_ARGS)),,setup-vllm) ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
-	@$(if $(call wants_help,$(QUALIFY_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli qualify run --quick $(QUALIFY_ARGS)
+	@$(if $(call wants_help,$(QUALIFY_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_qualify run --quick $(QUALIFY_CPU_ARGS) $(QUALIFY_ARGS)
 
 images: setup ## Build the default vLLM image + sidecar with buildah, no Docker engine (IMAGE_BASES=stand-in: no registry)
 	@$(PY) -m vllm_rocm_stack.images build --bases $(IMAGE_BASES) $(IMAGES)
@@ -61,6 +68,6 @@ lock: ## Re-resolve requirements/*.lock from requirements/*.in
 	    --no-emit-find-links --no-emit-index-url -o requirements/$$name.lock requirements/$$name.in || exit 1; \
 	done
 
-clean: ## Stop and remove the test containers, volumes and networks, then remove .work/ (venvs, tools, caches, models, images)
+clean: ## Stop and remove the test containers, volumes and networks, then remove WORK (.work/) (venvs, tools, caches, models, images)
 	@[ ! -x $(PY) ] || $(PY) -m vllm_rocm_stack.images clean || true
-	rm -rf $(WORK)
+	rm -rf $(VLLM_ROCM_WORK)

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=tools/versions.env
 . tools/versions.env
 
-WORK=${WORK:-.work}
+WORK=${VLLM_ROCM_WORK:-${WORK:-.work}}  # the Makefile exports VLLM_ROCM_WORK (README: WORK)
 VENV=$WORK/venv
 BIN=$WORK/bin
 CACHE=$WORK/cache
@@ -18,12 +18,13 @@ die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
 sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
 
 # 1. The project venv, from the hash-locked requirements.
-lock_sum=$(cat requirements/dev.lock pyproject.toml | sha256sum | cut -d' ' -f1)
+lock_sum=$(cat requirements/dev.lock pyproject.toml tools/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$VENV/.lock-sum" 2>/dev/null)" != "$lock_sum" ]; then
   say "Python venv $VENV (requirements/dev.lock)"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --require-hashes --no-deps -r requirements/dev.lock
-  "$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e .
+  # The product (the wheel users get) and the developer tooling, a package of its own (tools/pyproject.toml).
+  "$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e . -e tools
   echo "$lock_sum" > "$VENV/.lock-sum"
 else
   say "Python venv $VENV is up to date"

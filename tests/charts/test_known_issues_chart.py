@@ -1,4 +1,4 @@
-"""The chart's known-issues guard agrees with the Python evaluator (vllm_rocm_patches.known_issues), row by row.
+"""The chart's known-issues guard agrees with the Python evaluator (vllm_rocm_known_issues.evaluator), row by row.
 
 Every row's trigger (`known_issues.example_config`) is rendered through the real helm: the chart must refuse exactly
 the rows `KnownIssues.blocking` names, and nothing when they are in allowKnownIssues, when the image's patches
@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 import yaml
-from vllm_rocm_patches import known_issues as ki
+from vllm_rocm_known_issues import evaluator as ki
+from vllm_rocm_known_issues.pep440 import InvalidVersion, SpecifierSet, Version
 from vllm_rocm_patches import series
-from vllm_rocm_patches.pep440 import InvalidVersion, SpecifierSet, Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helm_chart import (  # noqa: E402

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from vllm_rocm_qualify.processes import ManagedProcess, wait_until
 from vllm_rocm_stack.images.buildah import Buildah, container_main_pid
-from vllm_rocm_stack.processes import ManagedProcess, wait_until
 from vllm_rocm_stack.proxy import SwitchableProxy
 from vllm_rocm_stack.sidecar_process import free_port, get
 from vllm_rocm_stack.vllm_server import VllmServer

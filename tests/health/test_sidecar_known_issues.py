@@ -11,7 +11,7 @@ from vllm_rocm_health import logparse as lp
 from vllm_rocm_health.known_issues import KnownIssueJudge
 from vllm_rocm_health.metrics import SidecarStatus, make_registry
 from vllm_rocm_health.state import LogState
-from vllm_rocm_patches import known_issues as ki
+from vllm_rocm_known_issues import evaluator as ki
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "health" / "fixtures"

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from vllm_rocm_patches import dep3, engine, known_issues, series, target, unidiff
+from vllm_rocm_known_issues import evaluator as known_issues
+from vllm_rocm_patches import dep3, engine, series, target, unidiff
 from vllm_rocm_patches.errors import SeriesError
 
 from tests.support.vllm_releases import AITER_FA, REPO_ROOT

@@ -14,13 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.vllm_releases import AITER_FA, REPO_ROOT, tree_snapshot
-
-SRC = REPO_ROOT / "patches" / "src"
+from tests.support.vllm_releases import AITER_FA, PATCH_TOOL_PYTHONPATH, tree_snapshot
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC)}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PATCH_TOOL_PYTHONPATH}
     return subprocess.run(
         [sys.executable, "-m", "vllm_rocm_patches", *args], capture_output=True, text=True, env=env, timeout=60
     )

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 from vllm_rocm_patches import engine, series, target
 from vllm_rocm_patches.errors import PatchConflict, SeriesError
+from vllm_rocm_stack.config import WORK
 
-from tests.support.vllm_releases import AITER_FA, REPO_ROOT, tree_snapshot
+from tests.support.vllm_releases import AITER_FA, PATCH_TOOL_PYTHONPATH, REPO_ROOT, tree_snapshot
 
 SSET = series.load(REPO_ROOT / "patches")
-SRC = REPO_ROOT / "patches" / "src"
-VLLM_CPU_SITE = sorted((REPO_ROOT / ".work" / "vllm-venv" / "lib").glob("python3*/site-packages"))
+VLLM_CPU_SITE = sorted((WORK / "vllm-venv" / "lib").glob("python3*/site-packages"))
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC)}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PATCH_TOOL_PYTHONPATH}
     return subprocess.run([sys.executable, "-m", "vllm_rocm_patches", *args], capture_output=True, text=True,
                           env=env, timeout=120)
 

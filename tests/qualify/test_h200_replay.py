@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from vllm_rocm_health.state import LogState
-from vllm_rocm_stack.qualify.replay import replay
+from vllm_rocm_qualify.replay import replay
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "h200-vllm-0.26.0"
 EXPECTED = {  # mode -> (effective mode, graphs, capture s, GiB), read off the logs by hand
@@ -86,13 +86,13 @@ def test_replay_notices_a_log_that_says_otherwise(tmp_path: Path) -> None:
 
 
 def test_replay_cli_exit_codes(tmp_path: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "vllm_rocm_stack", "qualify", "replay", "--report",
+    ok = subprocess.run([sys.executable, "-m", "vllm_rocm_qualify", "replay", "--report",
                          str(H200 / "report.json"), "--logs", str(H200)], capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert "recommended: FULL_DECODE_ONLY" in ok.stdout and "FULL: fail" in ok.stdout
     report = json.loads((H200 / "report.json").read_text())
     report["recommended"] = "FULL_AND_PIECEWISE"
     (tmp_path / "r.json").write_text(json.dumps(report))
-    bad = subprocess.run([sys.executable, "-m", "vllm_rocm_stack", "qualify", "replay", "--report",
+    bad = subprocess.run([sys.executable, "-m", "vllm_rocm_qualify", "replay", "--report",
                           str(tmp_path / "r.json"), "--logs", str(H200)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "recommended FULL_DECODE_ONLY now, FULL_AND_PIECEWISE in the report" in bad.stderr

@@ -1,4 +1,4 @@
-"""`vllm-rocm-stack qualify run` for real, against the vLLM CPU build (where every cudagraph mode is reset to
+"""`vllm-rocm qualify run` for real, against the vLLM CPU build (where every cudagraph mode is reset to
 NONE). Three real servers and one that cannot start: NONE is the reference, FULL serves the same model (must
 pass), PIECEWISE serves the perturbed model that answers wrong with HTTP 200 (must fail), FULL_DECODE_ONLY
 names a model that does not exist (a row with vLLM's reason, not a crash). Small shapes keep it to minutes."""
@@ -55,8 +55,10 @@ def stop_leftovers(workdir: Path) -> list[int]:
 
 
 def start(workdir: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "vllm_rocm_stack", "qualify", "run", "--workdir", str(workdir),
-                             "--model", str(GOOD), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "vllm_rocm_qualify", "run", "--workdir", str(workdir),
+                             "--model", str(GOOD), "--served-model-name", "smollm2-135m-instruct",
+                             "--env", "VLLM_CPU_KVCACHE_SPACE=1", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc: subprocess.Popen, workdir: Path, timeout: float) -> tuple[int, str, str]:
@@ -113,7 +115,7 @@ def test_qualify_on_the_cpu_server(tmp_path: Path) -> None:
         assert words in err
 
     # The report replays from its logs, and deployment refuses the wrong mode.
-    replay = subprocess.run([sys.executable, "-m", "vllm_rocm_stack", "qualify", "replay", "--report",
+    replay = subprocess.run([sys.executable, "-m", "vllm_rocm_qualify", "replay", "--report",
                              str(tmp_path / "report.json"), "--logs", str(tmp_path / "logs")],
                             capture_output=True, text=True, timeout=120)
     assert replay.returncode == 0, replay.stderr

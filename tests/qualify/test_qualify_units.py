@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_rocm_health.qualification import QualificationError, validate
-from vllm_rocm_stack.qualify import report as rep
-from vllm_rocm_stack.qualify import template
-from vllm_rocm_stack.qualify.cli import _exit_code
-from vllm_rocm_stack.qualify.client import Output
-from vllm_rocm_stack.qualify.compare import compare_one, compare_shape
-from vllm_rocm_stack.qualify.config import QualifyConfig
-from vllm_rocm_stack.qualify.logs import why_it_failed
-from vllm_rocm_stack.qualify.runner import Qualification
+from vllm_rocm_qualify import report as rep
+from vllm_rocm_qualify import template
+from vllm_rocm_qualify.cli import _exit_code
+from vllm_rocm_qualify.client import Output
+from vllm_rocm_qualify.compare import compare_one, compare_shape
+from vllm_rocm_qualify.config import QualifyConfig
+from vllm_rocm_qualify.logs import why_it_failed
+from vllm_rocm_qualify.qualification import QualificationError, validate
+from vllm_rocm_qualify.runner import Qualification
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "h200-vllm-0.26.0"
 
@@ -245,7 +245,7 @@ def test_why_it_failed_names_the_error_line() -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vllm_rocm_stack", "qualify", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "vllm_rocm_qualify", *args], capture_output=True,
                           text=True, timeout=60)
 
 
@@ -269,3 +269,43 @@ def test_show_prints_the_table_and_applies_require() -> None:
     assert res.returncode == 0 and "recommended: FULL_DECODE_ONLY" in res.stdout
     res = cli("show", str(H200 / "report.json"), "--require", "FULL")
     assert res.returncode == 1 and "required mode FULL did not pass" in res.stderr
+
+
+def test_operator_command_dispatches_and_explains_itself() -> None:
+    """`vllm-rocm` is one command for operators: each subcommand is its part's own CLI."""
+    vr = [sys.executable, "-m", "vllm_rocm_qualify.command"]
+    res = subprocess.run([*vr, "--help"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0
+    for words in ("qualify run", "qualification apply", "patches", "known-issues"):
+        assert words in res.stdout
+    res = subprocess.run([*vr, "qualfy"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "unknown command 'qualfy'" in res.stderr
+    res = subprocess.run([*vr, "qualify", "show", str(H200 / "report.json")], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and "recommended: FULL_DECODE_ONLY" in res.stdout
+    res = subprocess.run([*vr, "known-issues", "--release", "0.10.2", "--backend", "ROCM_AITER_FA", "--mode", "FULL",
+                          "--arch", "gfx942", "--env", ""], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "aiter-fa-full-cudagraph-always" in res.stdout
+
+
+def test_old_names_still_work_with_a_deprecation_message() -> None:
+    res = subprocess.run([sys.executable, "-m", "vllm_rocm_stack", "qualify", "show", str(H200 / "report.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "recommended: FULL_DECODE_ONLY" in res.stdout
+    assert "deprecated, use `vllm-rocm qualify`" in res.stderr
+    res = subprocess.run([sys.executable, "-c", "import sys; from vllm_rocm_patches.cli import deprecated_main; "
+                          "sys.argv = ['vllm-rocm-patches', 'list']; sys.exit(deprecated_main())"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "vllm-0.10.2" in res.stdout
+    assert "deprecated, use `vllm-rocm patches" in res.stderr
+
+
+def test_installed_defaults_make_sense_outside_the_repository() -> None:
+    """An installed `vllm-rocm qualify` knows nothing of this checkout: vLLM from PATH, a work directory where it
+    runs, and no model of its own (asked for, before any server starts)."""
+    cfg = QualifyConfig()
+    assert cfg.command.startswith("vllm serve {model}") and cfg.workdir == Path("vllm-rocm-qualify")
+    assert ".work" not in repr(cfg)
+    res = cli("run", "--workdir", "/nonexistent/never-created")
+    assert res.returncode == 2 and "--model" in res.stderr
+    assert not Path("/nonexistent/never-created").exists()

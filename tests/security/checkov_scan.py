@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
+from vllm_rocm_stack.config import WORK
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKOV = Path(os.environ.get("CHECKOV", str(ROOT / ".work" / "checkov-venv" / "bin" / "checkov")))
+CHECKOV = Path(os.environ.get("CHECKOV", str(WORK / "checkov-venv" / "bin" / "checkov")))
 DOCKERFILES = sorted(p for p in (ROOT / "docker").rglob("Dockerfile*") if not p.name.endswith(".dockerignore"))
 # checkov's own switches for an offline run (checkov/common/util/env_vars_config.py, main.py of 3.3.30).
 OFFLINE_ENV = {"CKV_SKIP_PACKAGE_UPDATE_CHECK": "true", "BC_SKIP_MAPPING": "TRUE"}

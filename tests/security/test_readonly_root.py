@@ -24,8 +24,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "charts"))
 from helm_chart import ROOT, container, pod_spec, render  # noqa: E402
+from vllm_rocm_qualify.processes import ManagedProcess, wait_until  # noqa: E402
 from vllm_rocm_stack.config import WORK  # noqa: E402
-from vllm_rocm_stack.processes import ManagedProcess, wait_until  # noqa: E402
 
 from tests.support.vllm_server import VLLM_PYTHON, free_port  # noqa: E402
 

@@ -23,7 +23,7 @@ def make(*args: str, work: Path) -> subprocess.CompletedProcess[str]:
     ("run", "RUN_ARGS", ['usage: make run RUN_ARGS="[options]"', "--canary-interval", "(default: 60)"]),
     ("bench", "BENCH_ARGS", ['usage: make bench BENCH_ARGS="[options]"', "--no-live", "(default: 2000000)",
                              "(default: 16)"]),
-    ("qualify", "QUALIFY_ARGS", ["usage: vllm-rocm-stack qualify run", "--modes"]),
+    ("qualify", "QUALIFY_ARGS", ["usage: vllm-rocm qualify run", "--modes"]),
 ])
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_without_setup(target: str, var: str, expect: list[str], flag: str, tmp_path: Path) -> None:

@@ -28,10 +28,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from vllm_rocm_stack.config import WORK
+
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CACHE = REPO_ROOT / ".work" / "cache" / "vllm-releases"
+# The patch tool with the known-issues evaluator it imports, uninstalled, as the image build runs it.
+PATCH_TOOL_PYTHONPATH = f"{REPO_ROOT / 'patches' / 'src'}:{REPO_ROOT / 'known-issues' / 'src'}"
+DEFAULT_CACHE = WORK / "cache" / "vllm-releases"
 
 # Releases the patch series supports, and releases it deliberately does not know (for the "unknown" tests).
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.10.1.1", "0.10.2", "0.11.0", "0.32.0", "0.33.0")

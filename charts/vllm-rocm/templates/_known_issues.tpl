@@ -1,7 +1,7 @@
 {{/*
 Known issues: files/known-issues.json is a byte copy of known-issues/known-issues.json (the single source; a test
 keeps the two identical), judged against the effective settings (templates/_effective.tpl) with the semantics of
-patches/src/vllm_rocm_patches/known_issues.py. tests/charts/test_known_issues_chart.py renders every row's trigger
+known-issues/src/vllm_rocm_known_issues/evaluator.py. tests/charts/test_known_issues_chart.py renders every row's trigger
 and checks that the chart refuses exactly what that evaluator's `blocking` says, row by row.
 
 - Each condition a row sets must hold; an absent or null one holds for anything. A fact the chart does not know

@@ -1,5 +1,5 @@
 {{/*
-A qualification report (`vllm-rocm-stack qualify run`, given with `--set-file qualification=report.json`) decides
+A qualification report (`vllm-rocm qualify run`, given with `--set-file qualification=report.json`) decides
 the cudagraph mode and, through the sidecar's --qualification, the canary baseline: the report's recommended mode
 unless compilation.cudagraphMode names one, and a mode the report did not pass is refused, as are a report for
 another model or vLLM release and a malformed report.
@@ -86,7 +86,7 @@ served (the served model name), release (vllm.release), seed and numProblems (th
 {{- if not $p -}}
 {{- $version := index $r "vllm_version" -}}
 {{- if not (and (kindIs "string" $version) $version) -}}
-{{- $p = printf "the report does not say which vLLM it measured (vllm_version %s): it cannot be matched to vllm.release %s; qualify the image you deploy with a current vllm-rocm-stack" (toJson $version) (toString .release) -}}
+{{- $p = printf "the report does not say which vLLM it measured (vllm_version %s): it cannot be matched to vllm.release %s; qualify the image you deploy with a current `vllm-rocm qualify`" (toJson $version) (toString .release) -}}
 {{- else if ne $version (toString .release) -}}
 {{- $p = printf "the report was measured on vLLM %s, vllm.release is %s; qualify the image you deploy" $version (toString .release) -}}
 {{- end -}}

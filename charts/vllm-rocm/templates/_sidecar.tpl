@@ -111,7 +111,7 @@ fingerprint texts and the problems (vllm_rocm_health.canary.runner.budget). A ba
 no accuracy reference for the canary. The sidecar gates readiness on a canary that compares vLLM's answers with a reference recorded for this model and configuration; without one nothing would notice a server that answers HTTP 200 with wrong tokens, and pods would go Ready in front of it. Give one of:
   - canary.baseline: --set-file canary.baseline=baseline.json, recorded from a known-good server of this model and configuration with `vllm-rocm-health baseline record --out baseline.json --vllm-url http://HOST:8000 --model {{ include "vllm-rocm.servedName" . }}` (README "Accuracy gate": how to get a first one)
   - canary.existingConfigMap: a ConfigMap holding that file under canary.key ({{ .Values.canary.key }})
-  - qualification: --set-file qualification=report.json, a `vllm-rocm-stack qualify run` report for this image, model and node (it carries a baseline and chooses the mode)
+  - qualification: --set-file qualification=report.json, a `vllm-rocm qualify run` report for this image, model and node (it carries a baseline and chooses the mode)
 or switch the canary off knowingly with canary.enabled=false: then nothing catches wrong tokens, and NOTES, the metric vllm_canary_configured 0 and the alert VllmCanaryNotConfigured say so.
 {{- end -}}
 

@@ -10,8 +10,9 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+from vllm_rocm_qualify import qualification
 
-from . import k8s_logs, logparse, logsource, qualification, readiness
+from . import k8s_logs, logparse, logsource, readiness
 from .canary import CanaryResult, CanaryRunner
 from .canary.baseline import Baseline
 from .config import SidecarConfig, allow_list

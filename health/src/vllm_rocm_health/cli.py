@@ -21,7 +21,7 @@ logprob fingerprint, mixed prefill+decode traffic, after-idle probe) compared wi
   serve             run the sidecar: /metrics, /healthz, /readyz
   parse FILE...     offline: what a vLLM log says, as JSON
   baseline record   take a canary baseline from a known-good server
-  qualification apply   check a `vllm-rocm-stack qualify` report and write what deployment takes from it
+  qualification apply   check a `vllm-rocm qualify` report and write what deployment takes from it
 
 Every serve flag has an environment variable VLLM_HEALTH_<FLAG> (e.g. VLLM_HEALTH_CANARY_INTERVAL).
 """
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         logging.getLogger(__name__).debug("canary CLI not available: no `baseline` subcommand")
     else:
         add_baseline_parser(sub)
-    from .qualification_cli import add_qualification_parser
+    from vllm_rocm_qualify.qualification_cli import add_qualification_parser
 
     add_qualification_parser(sub)
     return parser

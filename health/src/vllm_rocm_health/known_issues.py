@@ -1,6 +1,6 @@
 """Which known issues (known-issues/known-issues.json) the watched server hits, judged from its log at run time.
 
-The rows and their semantics are the patch tool's (`vllm_rocm_patches.known_issues`, one evaluator for every
+The rows and their semantics are the patch tool's (`vllm_rocm_known_issues.evaluator`, one evaluator for every
 consumer); this module only turns the log state into its `Config`:
 
 - release: the engine line `Initializing a V1 LLM engine (v0.10.2)`; mode: the effective cudagraph_mode
@@ -20,7 +20,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from vllm_rocm_patches import known_issues as ki
+from vllm_rocm_known_issues import evaluator as ki
 
 from .state import LogState
 

@@ -1,4 +1,4 @@
-"""`python -m vllm_rocm_patches` (how the image build runs the tool with PYTHONPATH=patches/src)."""
+"""`python -m vllm_rocm_patches` (how the image build runs the tool with PYTHONPATH=patches/src:known-issues/src)."""
 
 import sys
 

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__, engine, known_issues, series, target
-from .errors import EXIT_FAILED, EXIT_OK, PatchToolError, SeriesError, TargetNotFound, UsageError
+from vllm_rocm_known_issues import evaluator as known_issues
+
+from . import __version__, engine, series, target
+from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PatchToolError, SeriesError, TargetNotFound, UsageError
 
 log = logging.getLogger("vllm_rocm_patches")
 
@@ -365,6 +367,17 @@ def main(argv: list[str] | None = None) -> int:
     except PatchToolError as exc:
         log.error("%s", exc)
         return exc.exit_code
+    except known_issues.KnownIssuesError as exc:  # the data file is broken or a configuration cannot be judged
+        log.error("%s", exc)
+        return EXIT_USAGE
+
+
+def deprecated_main() -> int:
+    """The `vllm-rocm-patches` console script, for one more release; `python -m vllm_rocm_patches` (the image
+    build's way, no install) stays as it is."""
+    print("vllm-rocm-patches: deprecated, use `vllm-rocm patches ...` or `vllm-rocm known-issues ...` (the old name "
+          "goes after the next release)", file=sys.stderr)
+    return main()
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from vllm_rocm_qualify.processes import ManagedProcess, wait_until
 
 from .config import REPO
-from .processes import ManagedProcess, wait_until
 
 EXAMPLE_CONFIG = REPO / "docker" / "alertmanager" / "alertmanager.yml"
 

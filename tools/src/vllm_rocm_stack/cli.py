@@ -24,7 +24,8 @@ Run the distribution's whole stack on one machine.
 
 Select with --target or VLLM_ROCM_STACK_TARGET. Stops everything cleanly on Ctrl-C.
 
-`vllm-rocm-stack qualify run` finds the fastest cudagraph mode that still answers right (see qualify --help).
+`vllm-rocm qualify run` finds the fastest cudagraph mode that still answers right (`vllm-rocm-stack qualify` is
+its deprecated old name).
 """
 USAGE_NOTE = """\
 Run it as `make run` (sets up the vLLM CPU build first), with options in RUN_ARGS, e.g.
@@ -64,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="append", default=["monitoring"],
                      help="compose profiles for --target rocm (default: monitoring)")
     _add_config_flags(run)
-    from .qualify.cli import add_qualify_parser
+    from vllm_rocm_qualify.cli import add_qualify_parser
 
-    add_qualify_parser(sub)
+    add_qualify_parser(sub)  # the deprecated old name of `vllm-rocm qualify`
     return parser
 
 
@@ -78,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if getattr(args, "qualify_command", None):  # (qualify run has its own --command: the server template)
-        from .qualify.cli import main as qualify_main
+        from vllm_rocm_qualify.cli import dispatch
+        from vllm_rocm_qualify.command import deprecated
 
-        return qualify_main(args)
+        return deprecated("vllm-rocm-stack qualify", "vllm-rocm qualify", lambda: dispatch(args))
     from .stack import run_compose, run_stack  # late: keeps --help instant
 
     if args.target == "rocm":

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from .processes import ManagedProcess, wait_until
+from vllm_rocm_qualify.processes import ManagedProcess, wait_until
 
 
 @dataclass

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,12 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from vllm_rocm_qualify.processes import free_port  # noqa: F401  (the one implementation; tests and bench take it from here)
 
 
 def get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:

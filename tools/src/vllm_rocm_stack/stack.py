@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from vllm_rocm_qualify.processes import ManagedProcess, wait_until
 
 from .alertmanager import EXAMPLE_CONFIG, AlertmanagerServer, WebhookReceiver, local_config
 from .config import DASHBOARD_JSON, REPO, StackConfig
 from .grafana import write_provisioning
-from .processes import ManagedProcess, wait_until
 from .prometheus import PrometheusServer, ScrapeTarget, rules_with_for
 from .vllm_server import VllmServer
 

@@ -1,31 +1,27 @@
 """A real vLLM server (the CPU build) as a child process: for `make run`, the live tests and the bench."""
 from __future__ import annotations
 
-import os
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from vllm_rocm_qualify.processes import ManagedProcess, wait_until
+from vllm_rocm_qualify.server import server_env as qualify_server_env
+
 from .config import REPO, WORK
-from .processes import ManagedProcess, wait_until
 
 VLLM_PYTHON = WORK / "vllm-venv" / "bin" / "python"
 
 
+# The CPU build's environment on a small machine: the default KV cache size trips a NUMA memory check.
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB
+
+
 def server_env(cache: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        "HF_HUB_OFFLINE": "1",          # nothing may come from a model hub
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default trips a NUMA memory check on small machines
-        "VLLM_CACHE_ROOT": str(cache / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "HF_HOME": str(cache / "hf"),
-    })
-    return env
+    """qualify's server environment (offline, caches under `cache`) plus the CPU build's settings."""
+    return {**qualify_server_env(cache), **CPU_ENV}
 
 
 class VllmServer:

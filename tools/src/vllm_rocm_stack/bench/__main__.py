@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from ..qualify.machine import cpu_model  # late: --help needs none of these (nor the venv)
+    from vllm_rocm_qualify.machine import cpu_model  # late: --help needs none of these (nor the venv)
+
     from .loggen import generate
     from .parse import bench_parse
     from .report import table

@@ -6,6 +6,7 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -109,3 +110,10 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         if on_tick is not None:
             on_tick(elapsed)
         time.sleep(interval)
+
+
+def free_port() -> int:
+    """A port nothing listens on now (127.0.0.1), for a server this process is about to start."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

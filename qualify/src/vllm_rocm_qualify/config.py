@@ -1,4 +1,7 @@
-"""Settings of a qualification, in one place. Every field is a flag of `vllm-rocm-stack qualify run`."""
+"""Settings of a qualification, in one place. Every field is a flag of `vllm-rocm qualify run`.
+
+The defaults are an operator's on a node where `vllm` is on PATH; this repository's CPU build is `make qualify`
+(the Makefile passes its venv, model and work directory)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,17 +9,16 @@ from pathlib import Path
 
 from vllm_rocm_health.logparse import MODES
 
-from ..config import WORK
-from ..vllm_server import VLLM_PYTHON
-
 # Least to most graph coverage: the reference first, then each mode in the order a failure is least surprising.
 DEFAULT_MODES = ("NONE", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", "FULL")
 assert set(DEFAULT_MODES) == set(MODES)
 
-# The local vLLM venv (`make setup-vllm`). On a GPU node pass --command, e.g. `vllm serve {model} ...` or
+# vLLM's own CLI on PATH. In a container pass --command, e.g.
 # `docker run ... IMAGE {model} --port 8000 {mode_args}` with `-p {port}:8000`.
-DEFAULT_COMMAND = (f"{VLLM_PYTHON} -m vllm.entrypoints.openai.api_server --model {{model}} "
-                   "--served-model-name {served_model_name} --host 127.0.0.1 --port {port} --seed 0 {mode_args}")
+DEFAULT_COMMAND = ("vllm serve {model} --served-model-name {served_model_name} --host 127.0.0.1 --port {port} "
+                   "--seed 0 {mode_args}")
+# Relative to where it is run, as an operator expects of a command that writes a report.
+DEFAULT_WORKDIR = Path("vllm-rocm-qualify")
 
 
 # --quick: a smoke run in minutes on the local CPU build (14 comparison requests, 16 tokens, 1 and 4 clients).
@@ -37,10 +39,9 @@ class QualifyConfig:
         "help": "the reference run whose answers are right by definition: NONE (cudagraph_mode=NONE, same "
                 "compilation as the other modes; its row is the NONE row) or eager (--enforce-eager, one extra "
                 "server)", "choices": ("NONE", "eager")})
-    model: str = field(default=str(WORK / "models" / "smollm2-135m-instruct"),
-                       metadata={"help": "model path or id, substituted for {model}"})
-    served_model_name: str = field(default="smollm2-135m-instruct", metadata={
-        "help": "the name the server answers to (also the canary baseline's model)"})
+    model: str = field(default="", metadata={"help": "model path or id, substituted for {model} (required)"})
+    served_model_name: str = field(default="", metadata={
+        "help": "the name the server answers to (also the canary baseline's model); empty: the --model value"})
     command: str = field(default=DEFAULT_COMMAND, metadata={
         "help": "server command template, split like a shell line. Placeholders: {mode_args} (one word that "
                 "becomes `--compilation-config {\"cudagraph_mode\": MODE}`, or `--enforce-eager` for the eager "
@@ -52,7 +53,7 @@ class QualifyConfig:
         "repeat": True})
     host: str = field(default="127.0.0.1", metadata={"help": "where the servers answer"})
     port: int = field(default=0, metadata={"help": "port for every server (0: a free port each)"})
-    workdir: Path = field(default=WORK / "qualify", metadata={
+    workdir: Path = field(default=DEFAULT_WORKDIR, metadata={
         "help": "server logs, compile cache, reference answers and baseline"})
     out: Path | None = field(default=None, metadata={"help": "report JSON (default: WORKDIR/report.json)"})
     resume: bool = field(default=False, metadata={

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import SeriesError
 from .pep440 import InvalidSpecifier, InvalidVersion, SpecifierSet, Version
 
 ENV_DATA = "VLLM_ROCM_KNOWN_ISSUES"
@@ -72,7 +71,7 @@ _SWITCH_RE = re.compile(r"^VLLM_[A-Z0-9_]+$")
 _MAX_TEXT = 200  # longest configuration string judged; a longer one is an error, not a guess
 
 
-class KnownIssuesError(SeriesError, ValueError):
+class KnownIssuesError(ValueError):
     """The data file is missing or malformed, or a value cannot be judged: no consumer may guess around it
     (the patch tool exits 2)."""
 
@@ -86,8 +85,8 @@ def default_data_path(series_dir: Path | None = None) -> Path:
     candidates = []
     if series_dir is not None:
         candidates.append(Path(series_dir).resolve().parent / "known-issues" / DATA_NAME)
-    # patches/src/vllm_rocm_patches/known_issues.py -> <root>/known-issues/
-    candidates.append(Path(__file__).resolve().parents[3] / "known-issues" / DATA_NAME)
+    # known-issues/src/vllm_rocm_known_issues/evaluator.py -> known-issues/ (repository and image layout)
+    candidates.append(Path(__file__).resolve().parents[2] / DATA_NAME)
     for c in candidates:
         if c.is_file():
             return c

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vllm_rocm_health.qualification import FORMAT, KIND, validate
+from .qualification import FORMAT, KIND, validate
 
 
 def verdict(row: dict[str, Any]) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """Qualification reports: which cudagraph modes gave right answers, and how fast, on one node.
 
-`vllm-rocm-stack qualify run` writes them; deployment reads them here (compose's gate container through
+`vllm-rocm qualify run` writes them; deployment reads them here (compose's gate container through
 `vllm-rocm-health qualification apply`; the Helm chart's templates/_qualification.tpl mirrors `choose_mode`).
 Reading is strict: a report that is malformed, names no mode, or says the chosen mode did not pass is refused
 with a reason, never taken as a pass.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .logparse import MODES
+from vllm_rocm_health.logparse import MODES
 
 FORMAT = 1
 KIND = "vllm-rocm-qualification"

@@ -16,10 +16,16 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm_rocm_patches import known_issues as ki
+from vllm_rocm_known_issues import evaluator as ki
 from vllm_rocm_patches import series
 
-from tests.support.vllm_releases import GUARD_RELEASES, REPO_ROOT, SUPPORTED_VERSIONS, release_tree
+from tests.support.vllm_releases import (
+    GUARD_RELEASES,
+    PATCH_TOOL_PYTHONPATH,
+    REPO_ROOT,
+    SUPPORTED_VERSIONS,
+    release_tree,
+)
 
 DIR = REPO_ROOT / "known-issues"
 RAW = json.loads((DIR / "known-issues.json").read_text())
@@ -357,7 +363,7 @@ def cited_threads() -> dict[tuple[str, str], list[str]]:
     files += [p for p in (chart / "templates").rglob("*") if p.is_file()]
     files += [p for p in (chart / "files").glob("*.yaml")] + list((chart / "docs").rglob("*.md"))
     files += list((REPO_ROOT / "health" / "src").rglob("*.py"))
-    files += list((REPO_ROOT / "tools" / "src" / "vllm_rocm_stack" / "qualify").rglob("*.py"))
+    files += list((REPO_ROOT / "qualify" / "src").rglob("*.py"))
     out: dict[tuple[str, str], list[str]] = {}
     for path in set(files):
         for m in _REF.finditer(path.read_text(encoding="utf-8", errors="replace")):
@@ -428,7 +434,7 @@ def test_loader_refuses_malformed_data(mutate, message: str, tmp_path: Path) -> 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vllm_rocm_patches", *args], capture_output=True, text=True,
-                          timeout=60, env={"PYTHONPATH": str(REPO_ROOT / "patches" / "src"), **(env or {})})
+                          timeout=60, env={"PYTHONPATH": PATCH_TOOL_PYTHONPATH, **(env or {})})
 
 
 def test_cli_judges_a_configuration() -> None:

@@ -15,8 +15,6 @@ from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
 from vllm_rocm_health.canary.client import CanaryError
 from vllm_rocm_health.canary.runner import record_baseline
 
-from ..sidecar_process import free_port
-from ..vllm_server import server_env
 from . import report as rep
 from . import shapes, template
 from .client import Client, Output, RequestFailed
@@ -24,7 +22,8 @@ from .compare import compare_shape
 from .config import QualifyConfig
 from .logs import why_it_failed
 from .machine import describe
-from .server import ModeServer, StartFailed
+from .processes import free_port
+from .server import ModeServer, StartFailed, server_env
 from .throughput import measure
 
 REFERENCE_FILE = "reference.json"
@@ -45,6 +44,9 @@ class Qualification:
     def __init__(self, cfg: QualifyConfig, say: Callable[[str], None]) -> None:
         cfg.validate()
         template.check(cfg.command, cfg.port)
+        if not cfg.model.strip():
+            raise ValueError("--model: give the model path or id the servers should load")
+        cfg.served_model_name = cfg.served_model_name or cfg.model
         if cfg.reference == template.EAGER and "{mode_args}" not in shlex.split(cfg.command):
             raise ValueError("--reference eager needs {mode_args} in --command (it becomes --enforce-eager)")
         self.cfg = cfg

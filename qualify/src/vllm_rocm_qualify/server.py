@@ -1,14 +1,30 @@
 """One vLLM server under test: started from the command template, followed through its log until ready."""
 from __future__ import annotations
 
+import os
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from ..processes import ManagedProcess
 from .logs import LogFollower, why_it_failed
+from .processes import ManagedProcess
+
+
+def server_env(cache: Path) -> dict[str, str]:
+    """The environment a server under test runs with: this one, offline (nothing from a model hub), and the
+    compile caches under `cache` so that modes share them and nothing is written elsewhere."""
+    env = dict(os.environ)
+    env.update({
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "HF_HOME": str(cache / "hf"),
+    })
+    return env
 
 
 class StartFailed(Exception):

@@ -9,7 +9,7 @@ import json
 import pytest
 from packaging.specifiers import SpecifierSet as RefSet
 from packaging.version import Version as RefVersion
-from vllm_rocm_patches.pep440 import InvalidSpecifier, InvalidVersion, SpecifierSet, Version
+from vllm_rocm_known_issues.pep440 import InvalidSpecifier, InvalidVersion, SpecifierSet, Version
 
 from tests.support.vllm_releases import REPO_ROOT
 

@@ -1,5 +1,5 @@
-"""`vllm-rocm-health qualification apply`: the deployment gate for a qualification report (compose runs it
-before vLLM starts; vLLM starts only if it exits 0)."""
+"""`vllm-rocm qualification apply` (`vllm-rocm-health qualification apply` in the sidecar image): the deployment
+gate for a qualification report (compose runs it before vLLM starts; vLLM starts only if it exits 0)."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,8 @@ import json
 import logging
 from pathlib import Path
 
-from .canary.baseline import Baseline, BaselineError
+from vllm_rocm_health.canary.baseline import Baseline, BaselineError
+
 from .qualification import QualificationError, load
 
 log = logging.getLogger(__name__)
@@ -18,13 +19,13 @@ OUTPUTS = ("mode", "vllm.yaml", "baseline.json")
 
 def add_qualification_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "qualification", help="use a qualification report (vllm-rocm-stack qualify) in a deployment",
+        "qualification", help="use a qualification report (vllm-rocm qualify) in a deployment",
         description="A qualification report says which cudagraph modes gave right answers on a node and which "
                     "one was fastest. `apply` refuses a mode the report did not pass, then writes the mode, a "
                     "vLLM --config file carrying it, and the report's canary baseline.")
     sub = p.add_subparsers(dest="qualification_command", required=True)
     ap = sub.add_parser("apply", help="check a report and write the mode, vLLM config and baseline it gives")
-    ap.add_argument("--report", type=Path, required=True, help="report JSON written by `vllm-rocm-stack qualify`")
+    ap.add_argument("--report", type=Path, required=True, help="report JSON written by `vllm-rocm qualify run`")
     ap.add_argument("--out-dir", type=Path, required=True,
                     help=f"directory for {', '.join(OUTPUTS)} (vLLM: `--config OUT/vllm.yaml`; sidecar: "
                          "`--canary-baseline OUT/baseline.json`)")

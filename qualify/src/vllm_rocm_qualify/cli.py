@@ -1,4 +1,4 @@
-"""`vllm-rocm-stack qualify`: run, replay and show qualifications."""
+"""`vllm-rocm qualify`: run, replay and show qualifications."""
 from __future__ import annotations
 
 import argparse
@@ -31,11 +31,12 @@ not start, crashed, requests failed: nothing was proven). Exit status: 0, or 1 w
 pass (without --require: when no mode passed); 2 for bad arguments; 130 when interrupted (every server it
 started is stopped; the report keeps the finished modes, and --resume continues).
 
-  vllm-rocm-stack qualify run                                   # the local CPU vLLM (modes become NONE there)
-  vllm-rocm-stack qualify run --command 'vllm serve {model} --port {port} {mode_args}' \\
-      --model Qwen/Qwen3-8B --served-model-name Qwen/Qwen3-8B --env HF_HUB_OFFLINE=0 --require FULL_AND_PIECEWISE
-  vllm-rocm-stack qualify show .work/qualify/report.json
-  vllm-rocm-stack qualify replay --report R.json --logs DIR     # re-derive a report from its recorded logs
+  vllm-rocm qualify run --model /models/Qwen3-8B --require FULL_AND_PIECEWISE   # `vllm serve` from PATH
+  vllm-rocm qualify run --command 'docker run --rm --device /dev/kfd --device /dev/dri -p {port}:8000 \\
+      -v /models:/models IMAGE {model} --port 8000 {mode_args}' --model /models/Qwen3-8B
+  vllm-rocm qualify show vllm-rocm-qualify/report.json
+  vllm-rocm qualify replay --report R.json --logs DIR     # re-derive a report from its recorded logs
+  make qualify                                            # this repository's CPU build (modes become NONE there)
 """
 
 
@@ -75,6 +76,18 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
 def add_qualify_parser(subparsers: argparse._SubParsersAction) -> None:
     q = subparsers.add_parser("qualify", help="find the fastest correct cudagraph mode on this node",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_subcommands(q)
+
+
+def build_parser(prog: str = "vllm-rocm qualify") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    _add_subcommands(parser)
+    return parser
+
+
+def _add_subcommands(q: argparse.ArgumentParser) -> None:
     sub = q.add_subparsers(dest="qualify_command", required=True)
     run = sub.add_parser("run", help="qualify modes: start, compare, measure, report",
                          description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,11 +115,24 @@ def _exit_code(report: dict, require: list[str]) -> int:
     return 0 if report.get("recommended") else 1
 
 
-def main(args: argparse.Namespace) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`vllm-rocm qualify ...` and `python -m vllm_rocm_qualify ...`."""
+    import logging
+
+    args = build_parser().parse_args(argv)
+    # Ctrl-C must stop the servers it starts even when the parent left SIGINT ignored (a shell's background job,
+    # nohup): Python then installs no KeyboardInterrupt handler of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return dispatch(args)
+
+
+def dispatch(args: argparse.Namespace) -> int:
     from . import report as rep
 
     if args.qualify_command == "show":
-        from vllm_rocm_health.qualification import QualificationError, load
+        from .qualification import QualificationError, load
         try:
             raw = load(args.report).raw
         except QualificationError as e:

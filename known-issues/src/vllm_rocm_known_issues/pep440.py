@@ -1,7 +1,7 @@
 """PEP 440 versions as vLLM and ROCm spell them, and the version bounds of the known-issues data. Stdlib only.
 
 The patch tool runs inside base images where nothing may be installed, so `packaging` is not available. `Version`
-parses and orders versions as `packaging.version.Version` does (tests/patches/test_pep440.py checks it against
+parses and orders versions as `packaging.version.Version` does (tests/known_issues/test_pep440.py checks it against
 `packaging` on four-part releases such as 0.10.1.1, a/b/rc, .post, .dev, epochs and local labels such as
 +rocm700).
 

@@ -1,1 +1,0 @@
-"""`vllm-rocm-stack qualify`: the fastest cudagraph mode that is also correct, measured on the node."""
