@@ -3,6 +3,7 @@ commands are the ones the READMEs name."""
 from __future__ import annotations
 
 import configparser
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,8 +13,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_wheel_carries_the_product_and_no_developer_tooling(tmp_path: Path) -> None:
+    # Built from a copy of what the sidecar image's build stage copies: setuptools writes build/ into its source.
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(REPO / "pyproject.toml", src)
+    for room in ("patches", "known-issues", "qualify", "health"):
+        shutil.copytree(REPO / room / "src", src / room / "src", ignore=shutil.ignore_patterns("__pycache__"))
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                          "--wheel-dir", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+                          "--wheel-dir", str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     (wheel,) = tmp_path.glob("vllm_rocm_dist-*.whl")
     with zipfile.ZipFile(wheel) as zf:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from vllm_rocm_known_issues import evaluator as ki
 from vllm_rocm_stack.config import WORK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +22,7 @@ CHART = ROOT / "charts" / "vllm-rocm"
 HELM = os.environ.get("HELM", str(WORK / "bin" / "helm"))
 CAPS = ["--kube-version", "1.31.4", "--api-versions", "monitoring.coreos.com/v1",
         "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"]
-MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+MODES = list(ki.MODES)
 # The canary baseline the H200 qualification run recorded (tests/fixtures/qualify), and the chart's default model.
 REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -296,7 +296,7 @@ def test_old_names_still_work_with_a_deprecation_message() -> None:
     res = subprocess.run([sys.executable, "-c", "import sys; from vllm_rocm_patches.cli import deprecated_main; "
                           "sys.argv = ['vllm-rocm-patches', 'list']; sys.exit(deprecated_main())"],
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0 and "vllm-0.10.2" in res.stdout
+    assert res.returncode == 0 and "vllm 0.10.2" in res.stdout
     assert "deprecated, use `vllm-rocm patches" in res.stderr
 
 
@@ -309,3 +309,13 @@ def test_installed_defaults_make_sense_outside_the_repository() -> None:
     res = cli("run", "--workdir", "/nonexistent/never-created")
     assert res.returncode == 2 and "--model" in res.stderr
     assert not Path("/nonexistent/never-created").exists()
+
+
+def test_one_writer_of_the_mode_flag() -> None:
+    """qualify's servers and the compose gate's vllm.yaml tell vLLM the mode the same way; a non-mode is refused."""
+    from vllm_rocm_qualify.qualification import compilation_config
+
+    assert template.mode_args("FULL") == ["--compilation-config", compilation_config("FULL")]
+    assert json.loads(compilation_config("FULL_DECODE_ONLY")) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    with pytest.raises(QualificationError, match="not a cudagraph mode"):
+        compilation_config("full")

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import httpx
+from vllm_rocm_known_issues.evaluator import MODES
 
 from . import logsource
 from .canary.config import CanaryConfig
-from .logparse import MODES
 
 ENV_PREFIX = "VLLM_HEALTH_"
 # Short spellings docs/contracts.md promises (`--baseline FILE`) next to the generated `--canary-baseline`.

@@ -12,11 +12,12 @@ import json
 import re
 from dataclasses import dataclass
 
+from vllm_rocm_known_issues.evaluator import MODES
+
 from . import logline
 from .logline import LogLine
 from .prefilter import line_may_matter
 
-MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # <=0.11 prints the enum's value in JSON; see the shared notes, section 0.
 _JSON_MODE = {"0": "NONE", "1": "PIECEWISE", "2": "FULL", "[2,0]": "FULL_DECODE_ONLY", "[2,1]": "FULL_AND_PIECEWISE"}
 
@@ -66,7 +67,7 @@ _ARGS_MAX_SEQS = re.compile(r"""['"]max_num_seqs['"]\s*:\s*(\d{1,9})\b""")
 FACTS_PREFIX = "vllm-rocm facts: "
 
 _OVERRIDE = re.compile(r"(?:Overriding (?:cudagraph_mode (?:%s |\w+ )?(?:from \w+ )?)?to|Setting cudagraph_mode to)"
-                       r" (NONE|PIECEWISE|FULL_DECODE_ONLY|FULL_AND_PIECEWISE|FULL)\b")
+                       r" (" + "|".join(sorted(MODES, key=len, reverse=True)) + r")\b")  # longest first
 
 
 @dataclass(frozen=True)

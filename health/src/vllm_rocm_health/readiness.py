@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .logparse import MODES
+from vllm_rocm_known_issues.evaluator import MODES
+
 from .state import EngineState
 from .workers import WorkerStatus
 

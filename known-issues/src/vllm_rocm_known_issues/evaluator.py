@@ -51,6 +51,8 @@ DATA_NAME = "known-issues.json"
 SCHEMA_VERSION = 2
 SYMPTOMS = ("wrong_tokens", "crash", "oom", "hang", "slow")
 BLOCKING_SYMPTOMS = ("wrong_tokens", "crash")
+# vLLM's CUDAGraphMode names: the one list (the sidecar, qualify and the tests import it; tests/known_issues/
+# test_modes.py keeps the schemas' enums and the chart's list equal to it).
 MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 APPLIES, POSSIBLE, NO = "applies", "possible", "no"
 INSIDE, OUTSIDE, UNDECIDED = "inside", "outside", "undecided"  # a configuration against a row's evidence_scope

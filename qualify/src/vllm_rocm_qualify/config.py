@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_rocm_health.logparse import MODES
+from vllm_rocm_known_issues.evaluator import MODES
 
 # Least to most graph coverage: the reference first, then each mode in the order a failure is least surprising.
 DEFAULT_MODES = ("NONE", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", "FULL")

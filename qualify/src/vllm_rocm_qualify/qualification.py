@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_rocm_health.logparse import MODES
+from vllm_rocm_known_issues.evaluator import MODES
 
 FORMAT = 1
 KIND = "vllm-rocm-qualification"
@@ -21,6 +21,14 @@ VERDICTS = ("pass", "fail", "error")
 
 class QualificationError(Exception):
     """The report cannot be used, or it refuses the mode asked for."""
+
+
+def compilation_config(mode: str) -> str:
+    """How the distribution's Python tells vLLM a cudagraph mode: the value of `--compilation-config` (a JSON
+    object every supported release reads; qualify's servers and the compose gate's vllm.yaml both use this)."""
+    if mode not in MODES:
+        raise QualificationError(f"{mode!r} is not a cudagraph mode ({', '.join(MODES)})")
+    return json.dumps({"cudagraph_mode": mode})
 
 
 @dataclass(frozen=True)

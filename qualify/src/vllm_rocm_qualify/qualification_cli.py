@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vllm_rocm_health.canary.baseline import Baseline, BaselineError
 
-from .qualification import QualificationError, load
+from .qualification import QualificationError, compilation_config, load
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def _apply(args: argparse.Namespace) -> int:
         log.error("qualification refused: %s", e)
         return 1
     # A JSON string value: every vLLM release's --config reader passes it through as one argument.
-    (out / "vllm.yaml").write_text("compilation-config: " + json.dumps(json.dumps({"cudagraph_mode": mode})) + "\n")
+    (out / "vllm.yaml").write_text("compilation-config: " + json.dumps(compilation_config(mode)) + "\n")
     (out / "mode").write_text(mode + "\n")
     row = report.row(mode) or {}
     print(f"qualified: cudagraph_mode {mode} for {report.served_model_name} (vLLM {report.vllm_version or '?'}), "

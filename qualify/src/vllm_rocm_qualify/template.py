@@ -1,8 +1,9 @@
 """The server command template: one line that starts the vLLM under test for a given mode and port."""
 from __future__ import annotations
 
-import json
 import shlex
+
+from .qualification import compilation_config
 
 EAGER = "eager"  # the --enforce-eager reference; not a cudagraph mode
 _WORDS = ("{mode}", "{port}", "{model}", "{served_model_name}")
@@ -11,7 +12,7 @@ _WORDS = ("{mode}", "{port}", "{model}", "{served_model_name}")
 def mode_args(mode: str) -> list[str]:
     if mode == EAGER:
         return ["--enforce-eager"]
-    return ["--compilation-config", json.dumps({"cudagraph_mode": mode})]
+    return ["--compilation-config", compilation_config(mode)]
 
 
 def check(template: str, fixed_port: int) -> None:
