@@ -11,12 +11,16 @@ IMAGE_BASES ?= pinned
 # What `make lint` runs: the linters' tests (ruff, mypy, shellcheck, hadolint), none that builds an image.
 LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
 
-.PHONY: help setup setup-vllm run test test-fast lint bench qualify images patches-status dashboard lock clean
+.PHONY: help setup setup-vllm run test test-fast lint check generate bench qualify images patches-status dashboard lock clean
 
 # `make run RUN_ARGS=--help`, `make bench BENCH_ARGS=--help`, `make qualify QUALIFY_ARGS=--help`: the help at once with the system python
 # (those paths import only the standard library), instead of installing vLLM first.
 wants_help = $(filter -h --help,$(1))
-HELP_PY := PYTHONPATH=$(CURDIR)/tools/src:$(CURDIR)/qualify/src:$(CURDIR)/health/src:$(CURDIR)/patches/src:$(CURDIR)/known-issues/src python3
+# Every source root of this tree: the help paths and the generators run this tree's code (also when the venv's
+# editable install is another checkout).
+SRC_PATH := $(CURDIR)/tools/src:$(CURDIR)/qualify/src:$(CURDIR)/health/src:$(CURDIR)/patches/src:$(CURDIR)/known-issues/src
+HELP_PY := PYTHONPATH=$(SRC_PATH) python3
+GENERATE := PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.generate --root $(CURDIR)
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -30,16 +34,22 @@ setup-vllm: setup ## Install the real vLLM CPU build and build the offline model
 run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules + Alertmanager -> local receiver
 	@$(if $(call wants_help,$(RUN_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
-test: setup-vllm ## Set up and run every test
+test: setup-vllm check ## Set up and run every test (after `make check`)
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "make test: pytest collected no tests: a broken test tree, not a pass" >&2; fi; \
 	  exit $$rc
 
-test-fast: setup ## Tests that need neither a vLLM server nor the vLLM venv
+test-fast: setup check ## Tests that need neither a vLLM server nor the vLLM venv (after `make check`)
 	@$(PY) -m pytest -m "not live and not vllm_venv" $(PYTEST_ARGS)
 
-lint: setup ## Lint only, no image builds: ruff and mypy on the Python code, shellcheck on scripts, hadolint on Dockerfiles
+lint: setup check ## Lint only, no image builds: `make check`, ruff and mypy on the Python code, shellcheck, hadolint
 	@$(PY) -m pytest -q $(LINT_TESTS)
+
+check: setup ## Fail (naming each) when a generated file is stale: bake file, dashboard, README tables, chart copy, locks
+	@$(GENERATE) --check
+
+generate: setup ## Rewrite the stale generated files from their sources (registry: python -m vllm_rocm_stack.generate --list)
+	@$(GENERATE) --write
 
 bench: $(if $(call wants_help,$(BENCH_ARGS)),,setup-vllm) ## Measure what the sidecar and canary cost, next to baselines (~5 min; prints ratios, no asserts)
 	@$(if $(call wants_help,$(BENCH_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.bench $(BENCH_ARGS)
@@ -49,8 +59,7 @@ patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-pac
 	  echo "usage: make patches-status TARGET=/path/to/site-packages  (or PATCHES_ARGS=\"--python /path/to/python\")" >&2; exit 2; fi
 	@PYTHONPATH=$(CURDIR)/patches/src:$(CURDIR)/known-issues/src python3 -m vllm_rocm_patches status $(TARGET) $(PATCHES_ARGS)
 
-dashboard: setup ## Regenerate the Grafana dashboard JSON of the chart from tools/src/vllm_rocm_stack/dashboard.py
-	@$(PY) -m vllm_rocm_stack.dashboard --write
+dashboard: generate ## Alias of `make generate` (the chart's Grafana dashboard JSON is one of the generated files)
 
 # This repository's CPU build, model and work directory: an installed `vllm-rocm qualify` defaults to `vllm serve`.
 QUALIFY_CPU_ARGS = --model $(VLLM_ROCM_WORK)/models/smollm2-135m-instruct --served-model-name smollm2-135m-instruct \
@@ -62,7 +71,7 @@ qualify: $(if $(call wants_help,$(QUALIFY_ARGS)),,setup-vllm) ## Qualify the cud
 images: setup ## Build the default vLLM image + sidecar with buildah, no Docker engine (IMAGE_BASES=stand-in: no registry)
 	@$(PY) -m vllm_rocm_stack.images build --bases $(IMAGE_BASES) $(IMAGES)
 
-lock: ## Re-resolve requirements/*.lock from requirements/*.in
+lock: ## Re-resolve requirements/*.lock from requirements/*.in (then `make generate` for docker/health/*.lock)
 	@for name in dev checkov; do \
 	  $(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	    --no-emit-find-links --no-emit-index-url -o requirements/$$name.lock requirements/$$name.in || exit 1; \

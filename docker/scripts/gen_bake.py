@@ -3,7 +3,8 @@
 The patch level (-pN of each tag), the series sha256 and the known-issue ids the series fixes (labels the build
 re-checks) are computed from patches/ and known-issues/ with the patch tool's own code, so they cannot drift
 from the series: after changing a series, the known issues or the matrix run `python docker/scripts/gen_bake.py`;
-`--check` (run by tests/docker) fails when the committed bake file is stale. The output is plain HCL (no matrix,
+`--check` (run by tests/docker) fails when the committed bake file is stale. `make generate` runs it with the
+repository's other generators (tools/src/vllm_rocm_stack/generate.py). The output is plain HCL (no matrix,
 no functions) so any buildx reads it.
 
 usage: python docker/scripts/gen_bake.py [--check] [--out FILE]
@@ -94,8 +95,8 @@ def load_matrix(matrix: Path = MATRIX, series_dir: Path = REPO / "patches") -> t
     return data["default_release"], specs
 
 
-def project_version() -> str:
-    with open(REPO / "pyproject.toml", "rb") as fh:
+def project_version(pyproject: Path = REPO / "pyproject.toml") -> str:
+    with open(pyproject, "rb") as fh:
         return tomllib.load(fh)["project"]["version"]
 
 
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
         if current != text:
-            log.error("%s is stale: run `python docker/scripts/gen_bake.py`", args.out)
+            log.error("%s is stale: run `make generate` (or `python docker/scripts/gen_bake.py`)", args.out)
             return 1
         log.info("%s is up to date (%d vLLM images)", args.out, len(specs))
         return 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from vllm_rocm_stack.chart_values_table import params, readme_table, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helm_chart import (  # noqa: E402
@@ -31,7 +32,6 @@ from helm_chart import (  # noqa: E402
     render,
     render_error,
 )
-from values_table import params, readme_table, table  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 KUBE_VERSION = "1.33.0"
@@ -92,7 +92,7 @@ def test_schema_is_valid_draft07() -> None:
 
 def test_readme_values_table_is_current() -> None:
     """The README table is exactly what the @param comments of values.yaml generate."""
-    assert readme_table() == table(), "README values table is stale: python tests/charts/values_table.py --write"
+    assert readme_table() == table(), "README values table is stale: make generate"
 
 
 def test_every_value_documented() -> None:

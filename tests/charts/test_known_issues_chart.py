@@ -183,7 +183,7 @@ def check_agrees(values: dict[str, Any], allow: tuple[str, ...] = ()) -> set[str
 def test_chart_reads_the_single_source() -> None:
     assert COPY.read_bytes() == SOURCE.read_bytes(), (
         "charts/vllm-rocm/files/known-issues.json differs from known-issues/known-issues.json: "
-        "cp known-issues/known-issues.json charts/vllm-rocm/files/known-issues.json")
+        "make generate")
 
 
 def test_every_specifier_in_the_data_is_one_the_chart_evaluates() -> None:

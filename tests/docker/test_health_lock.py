@@ -1,4 +1,5 @@
-"""docker/health/*.lock: hand-copied subsets of requirements/dev.lock for the sidecar image.
+"""docker/health/*.lock: subsets of requirements/dev.lock for the sidecar image (written by `make generate`:
+vllm_rocm_stack.health_lock, whose parsing and closure these tests use).
 
 Each pinned entry must be byte-for-byte the same version and hash set as in requirements/dev.lock, and the
 runtime lock must be exactly the dependency closure of the project's runtime dependencies (pyproject.toml),
@@ -7,50 +8,16 @@ resolved from the installed metadata of the project venv (which was installed fr
 from __future__ import annotations
 
 import importlib.metadata as md
-import re
-from pathlib import Path
 
 import tomllib
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from vllm_rocm_stack.health_lock import canonical, closure, entries
 
 from tests.docker.conftest import DOCKER, REPO
 
-ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})+)", re.M)
 RUNTIME = DOCKER / "health" / "requirements.lock"
 BUILD = DOCKER / "health" / "build-requirements.lock"
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def entries(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
-    text = path.read_text()
-    found = {
-        canonical(m.group(1)): (m.group(2), frozenset(re.findall(r"sha256:[0-9a-f]{64}", m.group(3))))
-        for m in ENTRY.finditer(text)
-    }
-    pins = re.findall(r"^[A-Za-z0-9][A-Za-z0-9._-]*==", text, re.M)
-    assert len(pins) == len(found), f"{path}: an entry without hashes (pip --require-hashes would refuse it)"
-    return found
-
-
-def closure(roots: list[str]) -> set[str]:
-    env = default_environment()
-    seen: set[str] = set()
-    todo = list(roots)
-    while todo:
-        name = canonical(todo.pop())
-        if name in seen:
-            continue
-        seen.add(name)
-        for raw in md.distribution(name).requires or []:
-            req = Requirement(raw)
-            if req.marker is None or req.marker.evaluate({**env, "extra": ""}):
-                todo.append(req.name)
-    return seen
 
 
 def test_locked_entries_are_copies_of_dev_lock() -> None:

@@ -395,7 +395,7 @@ def test_rejected_candidates_are_not_rows_and_say_why() -> None:
 def test_readme_table_is_generated_from_the_data() -> None:
     text = (DIR / "README.md").read_text()
     assert ki.replace_readme_block(text, ki.markdown_table(DATA)) == text, (
-        "known-issues/README.md is stale: run `vllm-rocm-patches known-issues --write-readme known-issues/README.md`"
+        "known-issues/README.md is stale: run `make generate`"
     )
     for issue_id in IDS:
         assert f"[`{issue_id}`]" in text

@@ -1,6 +1,6 @@
 """The operator's Grafana dashboard, built with Grafana's typed builder (grafana-foundation-sdk) and checked into the
-chart as JSON. `python -m vllm_rocm_stack.dashboard --write` regenerates the file; `--check` fails when it is stale
-(a test runs the same comparison).
+chart as JSON. `make generate` (vllm_rocm_stack.generate) regenerates the file with the other generated files;
+`python -m vllm_rocm_stack.dashboard --check` fails when it is stale (a test runs the same comparison).
 
 One dashboard for one or many vLLM servers watched by the sidecar: readiness per pod with its reason, the canary's
 score and drift against their thresholds, canary outcomes, CUDA-graph capture (duration, memory, requested vs
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text() if args.out.is_file() else ""
         if current != text:
-            print(f"{args.out} is stale: run `python -m vllm_rocm_stack.dashboard --write`", file=sys.stderr)
+            print(f"{args.out} is stale: run `make generate`", file=sys.stderr)
             return 1
         print(f"{args.out} is up to date")
         return 0

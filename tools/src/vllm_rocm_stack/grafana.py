@@ -1,7 +1,7 @@
 """Grafana provisioning for the dashboard: a Prometheus datasource and a file provider that loads the chart's
 dashboard JSON. One writer for both places a Grafana reads it from: `make run`'s work directory (generated, pointing
-at the local Prometheus) and docker/grafana/provisioning (checked in, pointing at the compose service; a test keeps
-it equal to what this module writes)."""
+at the local Prometheus) and docker/grafana/provisioning (checked in, pointing at the compose service; written by
+`make generate`, vllm_rocm_stack.generate)."""
 from __future__ import annotations
 
 import shutil

@@ -1,12 +1,12 @@
 """The chart README's values table, generated from the `## @param KEY DESCRIPTION` comments in values.yaml.
 
-Bitnami's readme-generator convention, without its Node.js tool: the test compares the README with this output,
-and `python tests/charts/values_table.py --write` refreshes the README between the VALUES markers.
+Bitnami's readme-generator convention, without its Node.js tool: `make generate` (vllm_rocm_stack.generate) writes
+the table between the VALUES markers of charts/vllm-rocm/README.md, `make check` and tests/charts compare it.
+`python -m vllm_rocm_stack.chart_values_table` prints the table.
 """
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 from pathlib import Path
@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "vllm-rocm"
+from .config import REPO
+
+CHART = REPO / "charts" / "vllm-rocm"
 BEGIN, END = "<!-- VALUES:BEGIN -->", "<!-- VALUES:END -->"
 PARAM = re.compile(r"^\s*## @param (\S+) (.+)$")
 MAX_DEFAULT = 60  # long defaults (resources, securityContext) are cut; values.yaml has them in full
-
-log = logging.getLogger(__name__)
 
 
 def params(values_text: str) -> list[tuple[str, str]]:
@@ -58,6 +58,13 @@ def table(chart: Path = CHART) -> str:
     return "\n".join(rows)
 
 
+def _split(readme: str, where: Path) -> tuple[str, str]:
+    if readme.count(BEGIN) != 1 or readme.count(END) != 1:
+        raise ValueError(f"{where} needs exactly one {BEGIN} ... {END} block")
+    head, rest = readme.split(BEGIN, 1)
+    return head, rest.split(END, 1)[1]
+
+
 def readme_table(chart: Path = CHART) -> str:
     readme = (chart / "README.md").read_text()
     if BEGIN not in readme or END not in readme:
@@ -65,24 +72,19 @@ def readme_table(chart: Path = CHART) -> str:
     return readme.split(BEGIN, 1)[1].split(END, 1)[0].strip()
 
 
-def write(chart: Path = CHART) -> None:
+def readme(chart: Path = CHART) -> str:
+    """The chart README with the table between the markers made from values.yaml (the rest as it is)."""
     path = chart / "README.md"
-    readme = path.read_text()
-    head, rest = readme.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    path.write_text(f"{head}{BEGIN}\n{table(chart)}\n{END}{tail}")
-    log.info("wrote the values table into %s", path)
+    head, tail = _split(path.read_text(), path)
+    return f"{head}{BEGIN}\n{table(chart)}\n{END}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--write", action="store_true", help="rewrite the table in the chart README")
+    ap = argparse.ArgumentParser(prog="python -m vllm_rocm_stack.chart_values_table", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chart", type=Path, default=CHART, help="the chart directory (default: charts/vllm-rocm)")
     args = ap.parse_args(argv)
-    if args.write:
-        write()
-    else:
-        print(table())
+    print(table(args.chart))
     return 0
 
 
