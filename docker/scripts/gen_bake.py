@@ -84,9 +84,7 @@ def load_matrix(matrix: Path = MATRIX, series_dir: Path = REPO / "patches") -> t
                 patch_level=sum(1 for e in rs.entries if e.state == "patch"),
                 series_id=rs.id,
                 series_sha256=rs.sha256,
-                fixes_issues=",".join(
-                    issues.fixed_by([f"{rs.id}/{e.patch_name}" for e in rs.entries if e.patch_name])
-                ),
+                fixes_issues=",".join(issues.fixed_by([f"{rs.id}/{e.patch_name}" for e in rs.entries if e.patch_name])),
             )
         )
     missing = sorted(set(sset.releases) - {s.release for s in specs})

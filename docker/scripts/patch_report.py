@@ -120,8 +120,9 @@ def rocm_version(info: str = "/opt/rocm/.info/version") -> str | None:
     return m.group(1) if m else None
 
 
-def facts(versions_file: str, environ: dict[str, str] | None = None,
-          rocm_info: str = "/opt/rocm/.info/version") -> dict:
+def facts(
+    versions_file: str, environ: dict[str, str] | None = None, rocm_info: str = "/opt/rocm/.info/version"
+) -> dict:
     env = os.environ if environ is None else environ
     v = read_versions(versions_file)
     series = v.get("patch_series", "")
@@ -144,8 +145,11 @@ def switch_names(environ: dict[str, str] | os._Environ) -> set[str]:
     """The switches the known-issues data reads (its `switch_defaults`), from the data file of the image (or the
     repository), so a switch a row gains is printed without a change here."""
     here = Path(__file__).resolve().parent
-    for path in (environ.get("VLLM_ROCM_KNOWN_ISSUES"), here.parent / "known-issues" / "known-issues.json",
-                 here.parents[1] / "known-issues" / "known-issues.json"):
+    for path in (
+        environ.get("VLLM_ROCM_KNOWN_ISSUES"),
+        here.parent / "known-issues" / "known-issues.json",
+        here.parents[1] / "known-issues" / "known-issues.json",
+    ):
         try:
             names = json.loads(Path(path).read_text())["switch_defaults"]
         except (TypeError, OSError, ValueError, KeyError):

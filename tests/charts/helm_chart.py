@@ -3,6 +3,7 @@
 The chart refuses to render without an accuracy reference for the canary (README "Accuracy gate"), so `render` and
 its relatives give every render that names none a real canary baseline for its served model (`with_reference`);
 `reference=False` renders exactly the values given (the gate's own tests)."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,14 @@ from vllm_rocm_stack.config import WORK
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "vllm-rocm"
 HELM = os.environ.get("HELM", str(WORK / "bin" / "helm"))
-CAPS = ["--kube-version", "1.31.4", "--api-versions", "monitoring.coreos.com/v1",
-        "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"]
+CAPS = [
+    "--kube-version",
+    "1.31.4",
+    "--api-versions",
+    "monitoring.coreos.com/v1",
+    "--api-versions",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+]
 MODES = list(ki.MODES)
 # The canary baseline the H200 qualification run recorded (tests/fixtures/qualify), and the chart's default model.
 REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"
@@ -30,20 +37,28 @@ DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_SEED, DEFAULT_PROBLEMS, DEFAULT_LONG = 20251202, 8, 2
 
 
-def baseline_for(served: str, seed: int = DEFAULT_SEED, num_problems: int = DEFAULT_PROBLEMS,
-                 long_prompts: int = DEFAULT_LONG) -> str:
+def baseline_for(
+    served: str, seed: int = DEFAULT_SEED, num_problems: int = DEFAULT_PROBLEMS, long_prompts: int = DEFAULT_LONG
+) -> str:
     """A canary baseline the sidecar's reader accepts, for the served model name and the canary's problem set: the
     one recorded on the H200 for the default problem set (the model name is what the sidecar compares it by), a
     self-consistent one (right answers) for another. The H200 run recorded format 1 (no long-prompt answers), so
     the right answers of the long prompts are added for a canary that sends them: the chart compares counts only."""
     from vllm_rocm_health.canary import fingerprint, problems
+
     if (seed, num_problems) == (DEFAULT_SEED, DEFAULT_PROBLEMS):
         base = json.loads(REPORT.read_text())["baseline"]
     else:
         todo = problems.generate(seed, num_problems)
-        base = {"model": served, "seed": seed, "num_problems": num_problems, "max_tokens": 8,
-                "answers": [p.answer for p in todo], "score": 1.0,
-                "fingerprints": [[None, -1.0, -2.0] for _ in fingerprint.REFERENCE_TEXTS]}
+        base = {
+            "model": served,
+            "seed": seed,
+            "num_problems": num_problems,
+            "max_tokens": 8,
+            "answers": [p.answer for p in todo],
+            "score": 1.0,
+            "fingerprints": [[None, -1.0, -2.0] for _ in fingerprint.REFERENCE_TEXTS],
+        }
     longs = [p.answer for p in problems.long_problems(seed, long_prompts)]
     return json.dumps({**base, "model": served, "format": 2, "long_prompts": long_prompts, "long_answers": longs})
 
@@ -56,11 +71,15 @@ def with_reference(values: dict[str, Any] | None) -> dict[str, Any]:
         return values
     from vllm_rocm_health.canary.config import CanaryConfig
     from vllm_rocm_health.canary.runner import budget
+
     served = values.get("model.servedName") or values.get("model.name") or DEFAULT_MODEL
     seed = int(values.get("sidecar.canarySeed", DEFAULT_SEED))
     num = int(values.get("sidecar.canaryNumProblems", DEFAULT_PROBLEMS))
-    cfg = CanaryConfig(num_problems=num, max_requests=int(values.get("sidecar.canaryMaxRequests", 16)),
-                       long_prompts=int(values.get("sidecar.canaryLongPrompts", DEFAULT_LONG)))
+    cfg = CanaryConfig(
+        num_problems=num,
+        max_requests=int(values.get("sidecar.canaryMaxRequests", 16)),
+        long_prompts=int(values.get("sidecar.canaryLongPrompts", DEFAULT_LONG)),
+    )
     return {"canary.baseline": baseline_for(served, seed, num, budget(cfg)[1]), **values}
 
 
@@ -161,8 +180,17 @@ def probe_chart(dest: Path, body: str) -> Path:
 def render_probe(chart: Path, tmp: Path, inputs: dict[str, Any], check: bool = True) -> Any:
     """The probe's `$out` for these inputs; with check=False the finished helm process instead (its refusals)."""
     (tmp / "probe.yaml").write_text(json.dumps({"probe": inputs}))
-    proc = helm("template", "rel", str(chart), "-f", str(tmp / "probe.yaml"), *set_args(with_reference({})),
-                "--show-only", "templates/zz-probe.yaml", check=check)
+    proc = helm(
+        "template",
+        "rel",
+        str(chart),
+        "-f",
+        str(tmp / "probe.yaml"),
+        *set_args(with_reference({})),
+        "--show-only",
+        "templates/zz-probe.yaml",
+        check=check,
+    )
     if not check:
         return proc
     return json.loads(yaml.safe_load(proc.stdout)["data"]["result"])

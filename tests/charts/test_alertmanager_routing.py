@@ -11,6 +11,7 @@ amtool checks both configurations and routes every alert of the rules file, with
 receiver of its severity; a real Alertmanager, fed alerts through its v2 API as Prometheus sends them, inhibits the
 symptom alerts of an instance while VllmHealthSidecarDown fires for it (not another instance's), and a failing canary
 inhibits VllmCanaryStale; the stack's own webhook receiver gets exactly the notifications that are not inhibited."""
+
 from __future__ import annotations
 
 import re
@@ -58,8 +59,13 @@ def _matcher(m: dict[str, Any]) -> str:
     return f'{m["name"]}{op}"{m.get("value", "")}"'
 
 
-ROUTE_KEYS = {"groupBy": "group_by", "groupWait": "group_wait", "groupInterval": "group_interval",
-              "repeatInterval": "repeat_interval", "continue": "continue"}
+ROUTE_KEYS = {
+    "groupBy": "group_by",
+    "groupWait": "group_wait",
+    "groupInterval": "group_interval",
+    "repeatInterval": "repeat_interval",
+    "continue": "continue",
+}
 
 
 def _route(r: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -95,12 +101,18 @@ def operator_config(doc: dict[str, Any], namespace: str) -> dict[str, Any]:
     top["continue"] = True
     inhibit = []
     for rule in spec.get("inhibitRules", []):
-        inhibit.append({"source_matchers": [*map(_matcher, rule.get("sourceMatch", [])), ns],
-                        "target_matchers": [*map(_matcher, rule.get("targetMatch", [])), ns],
-                        "equal": rule.get("equal", [])})
-    return {"route": {"receiver": "null", "group_by": ["namespace"], "routes": [top]},
-            "receivers": [{"name": "null"}, *(_receiver(r, prefix) for r in spec["receivers"])],
-            "inhibit_rules": inhibit}
+        inhibit.append(
+            {
+                "source_matchers": [*map(_matcher, rule.get("sourceMatch", [])), ns],
+                "target_matchers": [*map(_matcher, rule.get("targetMatch", [])), ns],
+                "equal": rule.get("equal", []),
+            }
+        )
+    return {
+        "route": {"receiver": "null", "group_by": ["namespace"], "routes": [top]},
+        "receivers": [{"name": "null"}, *(_receiver(r, prefix) for r in spec["receivers"])],
+        "inhibit_rules": inhibit,
+    }
 
 
 def chart_config() -> dict[str, Any]:
@@ -146,8 +158,9 @@ def test_docs_list_every_alert_under_its_severity() -> None:
     """docs/alerting.md's table says which alert goes to which receiver: it must say what the rules say."""
     text = (REPO / "docs" / "alerting.md").read_text()
     rows = {m[0]: set(m[1].split("`, `")) for m in re.findall(r"^\| `(critical|warning)` \| `(.+)` \|$", text, re.M)}
-    assert rows == {sev: {r["alert"] for r in rules() if r["labels"]["severity"] == sev}
-                    for sev in ("critical", "warning")}, rows
+    assert rows == {
+        sev: {r["alert"] for r in rules() if r["labels"]["severity"] == sev} for sev in ("critical", "warning")
+    }, rows
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -201,12 +214,13 @@ def test_other_alerts(name: str, tmp_path: Path) -> None:
 def _alert(name: str, instance: str, extra: dict[str, str], ends: datetime | None = None) -> dict[str, Any]:
     severity = next(r["labels"]["severity"] for r in rules() if r["alert"] == name)
     now = datetime.now(timezone.utc)
-    return {"labels": {"alertname": name, "severity": severity, "job": "vllm-rocm-health", "instance": instance,
-                      **extra},
-           "annotations": {"summary": f"{name} on {instance}", "runbook_url": f"runbook.md#{name.lower()}"},
-           "startsAt": (now - timedelta(seconds=1)).isoformat(),
-           "endsAt": (ends or now + timedelta(hours=1)).isoformat(),
-           "generatorURL": "http://prometheus.test/graph"}
+    return {
+        "labels": {"alertname": name, "severity": severity, "job": "vllm-rocm-health", "instance": instance, **extra},
+        "annotations": {"summary": f"{name} on {instance}", "runbook_url": f"runbook.md#{name.lower()}"},
+        "startsAt": (now - timedelta(seconds=1)).isoformat(),
+        "endsAt": (ends or now + timedelta(hours=1)).isoformat(),
+        "generatorURL": "http://prometheus.test/graph",
+    }
 
 
 def _key(labels: dict[str, str]) -> tuple[str, str]:
@@ -234,21 +248,36 @@ def test_inhibition_on_the_real_alertmanager(name: str, tmp_path: Path) -> None:
         # Sidecar of a is down; b only has a stale canary; c's canary fails (wrong answers), so it is stale too.
         # The sources go first: an alert's first notification may leave as soon as it arrives, and Alertmanager
         # mutes only by the alerts it already holds.
-        symptoms_a = ["VllmCanaryStale", "VllmCanaryFingerprintDrift", "VllmHealthSidecarWorkerDown",
-                      "VllmCudagraphCaptureFailed", "VllmKnownIssueActive"]
+        symptoms_a = [
+            "VllmCanaryStale",
+            "VllmCanaryFingerprintDrift",
+            "VllmHealthSidecarWorkerDown",
+            "VllmCudagraphCaptureFailed",
+            "VllmKnownIssueActive",
+        ]
         sources = [_alert(SIDECAR_DOWN, "a:9400", extra), _alert("VllmCanaryFingerprintDrift", "c:9400", extra)]
-        sent = [*sources, *(_alert(n, "a:9400", extra) for n in symptoms_a), _alert("VllmCanaryStale", "b:9400", extra),
-                _alert("VllmCanaryStale", "c:9400", extra), _alert("VllmHealthSidecarAbsent", "(none)", extra)]
+        sent = [
+            *sources,
+            *(_alert(n, "a:9400", extra) for n in symptoms_a),
+            _alert("VllmCanaryStale", "b:9400", extra),
+            _alert("VllmCanaryStale", "c:9400", extra),
+            _alert("VllmHealthSidecarAbsent", "(none)", extra),
+        ]
         inhibited = {("VllmCanaryStale", "c:9400"), *((n, "a:9400") for n in symptoms_a)}
         am.post_alerts(sources)
         _wait(lambda: len(am.alerts()) == len(sources), 60, "Alertmanager to take the inhibiting alerts")
-        am.post_alerts(sent[len(sources):])
+        am.post_alerts(sent[len(sources) :])
 
         def states() -> dict[tuple[str, str], dict[str, Any]]:
             return {_key(a["labels"]): a for a in am.alerts()}
 
-        _wait(lambda: len(states()) == len(sent) and all(
-            a["status"]["state"] != "unprocessed" for a in states().values()), 60, "Alertmanager to take the alerts")
+        _wait(
+            lambda: (
+                len(states()) == len(sent) and all(a["status"]["state"] != "unprocessed" for a in states().values())
+            ),
+            60,
+            "Alertmanager to take the alerts",
+        )
         held = states()
         fingerprint = {k: a["fingerprint"] for k, a in held.items()}
         for key, alert in held.items():
@@ -286,12 +315,19 @@ def test_inhibition_on_the_real_alertmanager(name: str, tmp_path: Path) -> None:
         am.post_alerts([_alert(SIDECAR_DOWN, "a:9400", extra, ends=datetime.now(timezone.utc))])
         want = {(n, "a:9400") for n in symptoms_a if n != "VllmCanaryStale"}
         _wait(lambda: want <= set(firing()), 120, f"the symptoms of a:9400 once its sidecar is back: {sorted(want)}")
-        _wait(lambda: any(a["status"] == "resolved" and _key(a["labels"]) == (SIDECAR_DOWN, "a:9400")
-                          for p in notifications(receiver.out_path) for a in p["alerts"]), 120,
-              "the resolved notification of VllmHealthSidecarDown")
+        _wait(
+            lambda: any(
+                a["status"] == "resolved" and _key(a["labels"]) == (SIDECAR_DOWN, "a:9400")
+                for p in notifications(receiver.out_path)
+                for a in p["alerts"]
+            ),
+            120,
+            "the resolved notification of VllmHealthSidecarDown",
+        )
         held = states()
         assert held[("VllmCanaryStale", "a:9400")]["status"]["inhibitedBy"] == [
-            fingerprint[("VllmCanaryFingerprintDrift", "a:9400")]]
+            fingerprint[("VllmCanaryFingerprintDrift", "a:9400")]
+        ]
         assert {("VllmCanaryStale", "a:9400"), ("VllmCanaryStale", "c:9400")}.isdisjoint(firing())
     finally:
         am.stop()

@@ -2,6 +2,7 @@
 
 Uses the real helm (.work/bin/helm), kubernetes-validate, check-jsonschema and promtool; no cluster needed.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,24 +50,43 @@ def _tool(name: str) -> str:
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "tp8": {"tensorParallelSize": 8},
-    "multinode": {"multiNode.enabled": True, "multiNode.nodes": 2, "tensorParallelSize": 8,
-                  "autoscaling.keda.enabled": True},
-    "monitoring-on": {"metrics.serviceMonitor.enabled": True, "metrics.podMonitor.enabled": True,
-                      "metrics.prometheusRule.enabled": True},
+    "multinode": {
+        "multiNode.enabled": True,
+        "multiNode.nodes": 2,
+        "tensorParallelSize": 8,
+        "autoscaling.keda.enabled": True,
+    },
+    "monitoring-on": {
+        "metrics.serviceMonitor.enabled": True,
+        "metrics.podMonitor.enabled": True,
+        "metrics.prometheusRule.enabled": True,
+    },
     # TRITON_ATTN (the backend without AITER) crashes in FULL* modes on 0.14+: known issue
     # triton-attn-rocm-full-capture-fault, so PIECEWISE.
     "aiter-off": {"aiter.enabled": False, "aiter.mha": False, "compilation.cudagraphMode": "PIECEWISE"},
     "release-0.10.2": {"vllm.release": "0.10.2", "compilation.cudagraphMode": "PIECEWISE"},
     "release-0.20": {"vllm.release": "0.20.0", "attentionBackend": "ROCM_AITER_FA"},
-    "everything": {"metrics.serviceMonitor.enabled": True, "metrics.prometheusRule.enabled": True,
-                   "metrics.grafanaDashboard.enabled": True,
-                   "autoscaling.keda.enabled": True, "canary.baseline": baseline_for(DEFAULT_MODEL),
-                   "hfToken.existingSecret": "hf", "modelCache.existingClaim": "models",
-                   "compilation.captureSizes": [1, 2, 4, 8], "kvCacheDtype": "fp8", "maxNumSeqs": 64,
-                   "maxModelLen": 8192, "extraArgs": ["--enable-prefix-caching"], "image.digest": "sha256:" + "a" * 64},
+    "everything": {
+        "metrics.serviceMonitor.enabled": True,
+        "metrics.prometheusRule.enabled": True,
+        "metrics.grafanaDashboard.enabled": True,
+        "autoscaling.keda.enabled": True,
+        "canary.baseline": baseline_for(DEFAULT_MODEL),
+        "hfToken.existingSecret": "hf",
+        "modelCache.existingClaim": "models",
+        "compilation.captureSizes": [1, 2, 4, 8],
+        "kvCacheDtype": "fp8",
+        "maxNumSeqs": 64,
+        "maxModelLen": 8192,
+        "extraArgs": ["--enable-prefix-caching"],
+        "image.digest": "sha256:" + "a" * 64,
+    },
     "hpa": {"autoscaling.hpa.enabled": True},
-    "caches-off": {"modelCache.enabled": False, "compileCache.enabled": False, "networkPolicy.allowFrom": [
-        {"namespaceSelector": {"matchLabels": {"team": "ml"}}}]},
+    "caches-off": {
+        "modelCache.enabled": False,
+        "compileCache.enabled": False,
+        "networkPolicy.allowFrom": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}],
+    },
     **{f"mode-{m}": {"compilation.cudagraphMode": m} for m in MODES},
     "eager": {"enforceEager": True, "compilation.cudagraphMode": "NONE"},
     # The canary switched off knowingly, a baseline from an existing ConfigMap, and an acknowledged wrapper.
@@ -84,10 +104,18 @@ def test_lint_strict() -> None:
 def test_schema_is_valid_draft07() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
-    subprocess.run([_tool("check-jsonschema"), "--check-metaschema", str(CHART / "values.schema.json")], check=True,
-                   capture_output=True, timeout=60)
-    subprocess.run([_tool("check-jsonschema"), "--schemafile", str(CHART / "values.schema.json"),
-                    str(CHART / "values.yaml")], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [_tool("check-jsonschema"), "--check-metaschema", str(CHART / "values.schema.json")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    subprocess.run(
+        [_tool("check-jsonschema"), "--schemafile", str(CHART / "values.schema.json"), str(CHART / "values.yaml")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_readme_values_table_is_current() -> None:
@@ -105,8 +133,18 @@ def test_every_value_documented() -> None:
         out = []
         for k, v in d.items():
             key = f"{prefix}{k}"
-            if isinstance(v, dict) and v and key not in ("resources", "podSecurityContext", "securityContext",
-                                                          "sidecar.resources", "sidecar.securityContext"):
+            if (
+                isinstance(v, dict)
+                and v
+                and key
+                not in (
+                    "resources",
+                    "podSecurityContext",
+                    "securityContext",
+                    "sidecar.resources",
+                    "sidecar.securityContext",
+                )
+            ):
                 out += leaves(v, key + ".")
             else:
                 out.append(key)
@@ -120,18 +158,32 @@ def test_every_value_documented() -> None:
 def test_render_and_validate(name: str, tmp_path: Path) -> None:
     docs = render(VALUE_SETS[name])
     assert docs
-    builtin = [d for d in docs if "monitoring.coreos.com" not in d["apiVersion"]
-               and "leaderworkerset" not in d["apiVersion"] and "keda.sh" not in d["apiVersion"]]
+    builtin = [
+        d
+        for d in docs
+        if "monitoring.coreos.com" not in d["apiVersion"]
+        and "leaderworkerset" not in d["apiVersion"]
+        and "keda.sh" not in d["apiVersion"]
+    ]
     for lws in kinds(docs).get("LeaderWorkerSet", []):  # CRD: validate its pod templates as Pods
         for role in ("leaderTemplate", "workerTemplate"):
             tmpl = lws["spec"]["leaderWorkerTemplate"][role]
-            builtin.append({"apiVersion": "v1", "kind": "Pod",
-                            "metadata": {"name": f"lws-{role.lower()}", **tmpl.get("metadata", {})},
-                            "spec": tmpl["spec"]})
+            builtin.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"lws-{role.lower()}", **tmpl.get("metadata", {})},
+                    "spec": tmpl["spec"],
+                }
+            )
     out = tmp_path / "objects.yaml"
     out.write_text(yaml.safe_dump_all(builtin))
-    proc = subprocess.run([_tool("kubernetes-validate"), "-k", KUBE_VERSION, "--strict", "--quiet", str(out)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [_tool("kubernetes-validate"), "-k", KUBE_VERSION, "--strict", "--quiet", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rule in kinds(docs).get("PrometheusRule", []):
         rules_file = tmp_path / "rules.yaml"
@@ -141,8 +193,13 @@ def test_render_and_validate(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_compilation_config_always_json_never_dash_o(mode: str) -> None:
-    docs = render({"compilation.cudagraphMode": mode, "compilation.captureSizes": [1, 2, 4],
-                   "compilation.compilationConfig": {"max_cudagraph_capture_size": 4}})
+    docs = render(
+        {
+            "compilation.cudagraphMode": mode,
+            "compilation.captureSizes": [1, 2, 4],
+            "compilation.compilationConfig": {"max_cudagraph_capture_size": 4},
+        }
+    )
     args = container(pod_spec(docs), "vllm")["args"]
     cfg = json.loads(arg_value(args, "--compilation-config"))
     assert cfg == {"cudagraph_mode": mode, "cudagraph_capture_sizes": [1, 2, 4], "max_cudagraph_capture_size": 4}
@@ -152,11 +209,16 @@ def test_compilation_config_always_json_never_dash_o(mode: str) -> None:
 
 def test_json_args_survive_quotes() -> None:
     """JSON values are list items, never re-quoted by a shell: a quote inside a value survives."""
-    docs = render({"compilation.compilationConfig": {"debug_dump_path": "/tmp/it's \"here\""},
-                   "speculativeConfig": SPEC, "attentionBackend": "ROCM_ATTN"})
+    docs = render(
+        {
+            "compilation.compilationConfig": {"debug_dump_path": '/tmp/it\'s "here"'},
+            "speculativeConfig": SPEC,
+            "attentionBackend": "ROCM_ATTN",
+        }
+    )
     vllm = container(pod_spec(docs), "vllm")
     assert vllm["command"] == ["/opt/vllm-rocm/bin/vllm-serve.sh"]  # the image's entrypoint: `vllm serve "$@"`
-    assert json.loads(arg_value(vllm["args"], "--compilation-config"))["debug_dump_path"] == "/tmp/it's \"here\""
+    assert json.loads(arg_value(vllm["args"], "--compilation-config"))["debug_dump_path"] == '/tmp/it\'s "here"'
     assert json.loads(arg_value(vllm["args"], "--speculative-config")) == SPEC
 
 
@@ -198,8 +260,15 @@ def test_probes_and_sidecar_contract() -> None:
     mount = next(m for m in side["volumeMounts"] if m["name"] == "kube-api-access")
     assert mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
     assert side["ports"][0] == {"name": "health", "containerPort": 9400, "protocol": "TCP"}
-    assert side["args"][:7] == ["serve", "--log-source", "k8s", "--k8s-container", "vllm",
-                                "--vllm-url", "http://127.0.0.1:8000"]
+    assert side["args"][:7] == [
+        "serve",
+        "--log-source",
+        "k8s",
+        "--k8s-container",
+        "vllm",
+        "--vllm-url",
+        "http://127.0.0.1:8000",
+    ]
     assert arg_value(side["args"], "--canary-baseline") == "/etc/vllm-rocm-health/baseline.json"
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in side["env"] if "valueFrom" in e}
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
@@ -221,7 +290,8 @@ def test_canary_existing_configmap() -> None:
     assert {"name": "canary-reference", "mountPath": "/etc/vllm-rocm-health", "readOnly": True} in side["volumeMounts"]
     # One reference, never two: the chart would have to pick one silently.
     assert "give the canary's accuracy reference once" in render_error(
-        {"canary.existingConfigMap": "my-baseline", "canary.baseline": baseline_for(DEFAULT_MODEL)})
+        {"canary.existingConfigMap": "my-baseline", "canary.baseline": baseline_for(DEFAULT_MODEL)}
+    )
 
 
 def test_image_digest_wins() -> None:
@@ -240,8 +310,11 @@ def test_aiter_env_and_attention_backend() -> None:
 
 
 def test_monitoring_gated_by_capabilities() -> None:
-    on = {"metrics.serviceMonitor.enabled": True, "metrics.podMonitor.enabled": True,
-          "metrics.prometheusRule.enabled": True}
+    on = {
+        "metrics.serviceMonitor.enabled": True,
+        "metrics.podMonitor.enabled": True,
+        "metrics.prometheusRule.enabled": True,
+    }
     assert {"ServiceMonitor", "PodMonitor", "PrometheusRule"} <= set(kinds(render(on)))
     assert not {"ServiceMonitor", "PodMonitor", "PrometheusRule"} & set(kinds(render(on, caps=False)))
     assert not {"ServiceMonitor", "PodMonitor", "PrometheusRule"} & set(kinds(render()))
@@ -254,12 +327,20 @@ def test_prometheusrule_groups_equal_rules_file() -> None:
 
 
 def test_prometheusrule_job_matcher_and_runbook_base() -> None:
-    docs = render({"metrics.prometheusRule.enabled": True, "metrics.prometheusRule.jobMatcher": 'job="my-health"',
-                   "metrics.prometheusRule.runbookBaseUrl": "https://git.example/runbook.md"})
+    docs = render(
+        {
+            "metrics.prometheusRule.enabled": True,
+            "metrics.prometheusRule.jobMatcher": 'job="my-health"',
+            "metrics.prometheusRule.runbookBaseUrl": "https://git.example/runbook.md",
+        }
+    )
     groups = kinds(docs)["PrometheusRule"][0]["spec"]["groups"]
     text = (CHART / "files" / "alerts.rules.yaml").read_text()
-    expected = yaml.safe_load(text.replace('job=~"vllm-rocm-health.*"', 'job="my-health"')
-                              .replace("charts/vllm-rocm/docs/runbook.md", "https://git.example/runbook.md"))
+    expected = yaml.safe_load(
+        text.replace('job=~"vllm-rocm-health.*"', 'job="my-health"').replace(
+            "charts/vllm-rocm/docs/runbook.md", "https://git.example/runbook.md"
+        )
+    )
     assert groups == expected["groups"]
     exprs = [r["expr"] for g in groups for r in g["rules"]]
     assert all("vllm-rocm-health.*" not in e for e in exprs) and any('job="my-health"' in e for e in exprs)
@@ -292,8 +373,9 @@ def test_multinode_leaderworkerset() -> None:
 
 
 def test_helm_test_pod() -> None:
-    tests = [d for d in render() if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"
-             and d["kind"] == "Pod"]
+    tests = [
+        d for d in render() if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test" and d["kind"] == "Pod"
+    ]
     assert len(tests) == 1
     script = tests[0]["spec"]["containers"][0]["args"][0]
     compile(script, "helm-test", "exec")  # the embedded program is valid Python
@@ -306,75 +388,110 @@ def test_helm_test_pod() -> None:
 SPEC = {"method": "eagle3", "num_speculative_tokens": 2}
 
 
-@pytest.mark.parametrize("values,message", [
-    # Known-wrong CUDA-graph combinations (known-issues/known-issues.json; tests/charts/test_known_issues_chart.py).
-    ({"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2", "vllm.patched": False},
-     "aiter-fa-full-cudagraph-always [wrong_tokens]"),
-    ({"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2", "vllm.patched": False}, "FULL_AND_PIECEWISE"),
-    ({"compilation.cudagraphMode": "FULL_AND_PIECEWISE", "vllm.release": "0.10.1.1", "vllm.patched": False},
-     "aiter-fa-cudagraph-dead-flag [crash]"),
-    ({"compilation.cudagraphMode": "FULL", "attentionBackend": "ROCM_AITER_FA", "speculativeConfig": SPEC},
-     "speculative decoding"),
-    ({"compilation.cudagraphMode": "FULL_DECODE_ONLY", "vllm.release": "0.10.2", "vllm.patched": False,
-      "speculativeConfig": SPEC}, "speculative decoding"),
-    ({"attentionBackend": "ROCM_AITER_FA", "vllm.release": "0.11.0"}, "needs vLLM >= 0.14"),
-    ({"autoscaling.hpa.enabled": True, "autoscaling.keda.enabled": True}, "only one of"),
-    ({"autoscaling.hpa.enabled": True, "multiNode.enabled": True}, "not supported with multiNode"),
-    # Schema: bad enum, negative / zero sizes, wrong types, unknown keys.
-    ({"compilation.cudagraphMode": "FULLY"}, "/compilation/cudagraphMode"),
-    ({"compilation.cudagraphMode": "full"}, "/compilation/cudagraphMode"),
-    ({"compilation.captureSizes": [0, 8]}, "at '/compilation/captureSizes/0': minimum: got 0, want 1"),
-    ({"compilation.captureSizes": [-8]}, "/compilation/captureSizes/0"),
-    ({"compilation.captureSizes": "1,2,4"}, "/compilation/captureSizes"),
-    ({"maxNumSeqs": -1}, "/maxNumSeqs"),
-    ({"shm.perGpuGi": -4}, "/shm/perGpuGi"),
-    ({"tensorParallelSize": 3}, "/tensorParallelSize"),
-    ({"tensorParallelSize": "8"}, "/tensorParallelSize"),
-    ({"enforceEager": "yes"}, "/enforceEager"),
-    ({"vllm.release": "latest"}, "/vllm/release"),
-    ({"image.digest": "latest"}, "/image/digest"),
-    ({"securityContext.privileged": True}, "/securityContext/privileged"),
-    ({"sidecar.securityContext.runAsNonRoot": False}, "/sidecar/securityContext/runAsNonRoot"),
-    ({"compilation.compilationConfig": {"cudagraph_mode": "FULL"}}, "/compilation/compilationConfig"),
-    ({"metrics.prometheusRule.jobMatcher": "vllm"}, "/metrics/prometheusRule/jobMatcher"),
-    ({"unknownKey": 1}, "additional properties 'unknownKey' not allowed"),
-    ({"compilation.mode": "FULL"}, "additional properties 'mode' not allowed"),
-])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        # Known-wrong CUDA-graph combinations (known-issues/known-issues.json; tests/charts/test_known_issues_chart.py).
+        (
+            {"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2", "vllm.patched": False},
+            "aiter-fa-full-cudagraph-always [wrong_tokens]",
+        ),
+        ({"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2", "vllm.patched": False}, "FULL_AND_PIECEWISE"),
+        (
+            {"compilation.cudagraphMode": "FULL_AND_PIECEWISE", "vllm.release": "0.10.1.1", "vllm.patched": False},
+            "aiter-fa-cudagraph-dead-flag [crash]",
+        ),
+        (
+            {"compilation.cudagraphMode": "FULL", "attentionBackend": "ROCM_AITER_FA", "speculativeConfig": SPEC},
+            "speculative decoding",
+        ),
+        (
+            {
+                "compilation.cudagraphMode": "FULL_DECODE_ONLY",
+                "vllm.release": "0.10.2",
+                "vllm.patched": False,
+                "speculativeConfig": SPEC,
+            },
+            "speculative decoding",
+        ),
+        ({"attentionBackend": "ROCM_AITER_FA", "vllm.release": "0.11.0"}, "needs vLLM >= 0.14"),
+        ({"autoscaling.hpa.enabled": True, "autoscaling.keda.enabled": True}, "only one of"),
+        ({"autoscaling.hpa.enabled": True, "multiNode.enabled": True}, "not supported with multiNode"),
+        # Schema: bad enum, negative / zero sizes, wrong types, unknown keys.
+        ({"compilation.cudagraphMode": "FULLY"}, "/compilation/cudagraphMode"),
+        ({"compilation.cudagraphMode": "full"}, "/compilation/cudagraphMode"),
+        ({"compilation.captureSizes": [0, 8]}, "at '/compilation/captureSizes/0': minimum: got 0, want 1"),
+        ({"compilation.captureSizes": [-8]}, "/compilation/captureSizes/0"),
+        ({"compilation.captureSizes": "1,2,4"}, "/compilation/captureSizes"),
+        ({"maxNumSeqs": -1}, "/maxNumSeqs"),
+        ({"shm.perGpuGi": -4}, "/shm/perGpuGi"),
+        ({"tensorParallelSize": 3}, "/tensorParallelSize"),
+        ({"tensorParallelSize": "8"}, "/tensorParallelSize"),
+        ({"enforceEager": "yes"}, "/enforceEager"),
+        ({"vllm.release": "latest"}, "/vllm/release"),
+        ({"image.digest": "latest"}, "/image/digest"),
+        ({"securityContext.privileged": True}, "/securityContext/privileged"),
+        ({"sidecar.securityContext.runAsNonRoot": False}, "/sidecar/securityContext/runAsNonRoot"),
+        ({"compilation.compilationConfig": {"cudagraph_mode": "FULL"}}, "/compilation/compilationConfig"),
+        ({"metrics.prometheusRule.jobMatcher": "vllm"}, "/metrics/prometheusRule/jobMatcher"),
+        ({"unknownKey": 1}, "additional properties 'unknownKey' not allowed"),
+        ({"compilation.mode": "FULL"}, "additional properties 'mode' not allowed"),
+    ],
+)
 def test_rejects_bad_values(values: dict[str, Any], message: str) -> None:
     assert message in render_error(values)
 
 
-@pytest.mark.parametrize("values", [
-    # Patched image: FULL on AITER FA is fine (vLLM downgrades it with a warning).
-    {"compilation.cudagraphMode": "FULL", "attentionBackend": "ROCM_AITER_FA"},
-    {"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2"},
-    # 0.11+ carries the fix upstream: "unpatched" changes nothing.
-    {"compilation.cudagraphMode": "FULL", "vllm.patched": False, "vllm.release": "0.11.0"},
-    # Unpatched but AITER MHA off: FULL is not on AITER FA.
-    {"compilation.cudagraphMode": "FULL", "vllm.patched": False, "aiter.mha": False, "vllm.release": "0.10.2"},
-    # Unpatched 0.10.2 with FULL_AND_PIECEWISE: correct without spec decode.
-    {"compilation.cudagraphMode": "FULL_AND_PIECEWISE", "vllm.patched": False, "vllm.release": "0.10.2"},
-    # Eager: no graphs, nothing to get wrong.
-    {"compilation.cudagraphMode": "FULL", "vllm.patched": False, "vllm.release": "0.10.2", "enforceEager": True},
-    # 0.20+: AITER env no longer auto-selects AITER FA, and its support is UNIFORM_BATCH.
-    {"compilation.cudagraphMode": "FULL", "vllm.patched": False, "vllm.release": "0.20.0"},
-    {"compilation.cudagraphMode": "FULL", "attentionBackend": "ROCM_AITER_FA", "vllm.release": "0.20.0",
-     "speculativeConfig": SPEC},
-    # Patched: FULL_DECODE_ONLY with spec decode falls back to PIECEWISE inside vLLM (safe).
-    {"compilation.cudagraphMode": "FULL_DECODE_ONLY", "attentionBackend": "ROCM_AITER_FA", "speculativeConfig": SPEC},
-    {"compilation.cudagraphMode": "PIECEWISE", "attentionBackend": "ROCM_AITER_FA", "speculativeConfig": SPEC},
-    # Flags the typed values do not own (tests/charts/test_guard.py has the refused ones).
-    {"extraArgs": ["--enable-prefix-caching", "--cudagraph-metrics", "--max-num-batched-tokens=8192"]},
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        # Patched image: FULL on AITER FA is fine (vLLM downgrades it with a warning).
+        {"compilation.cudagraphMode": "FULL", "attentionBackend": "ROCM_AITER_FA"},
+        {"compilation.cudagraphMode": "FULL", "vllm.release": "0.10.2"},
+        # 0.11+ carries the fix upstream: "unpatched" changes nothing.
+        {"compilation.cudagraphMode": "FULL", "vllm.patched": False, "vllm.release": "0.11.0"},
+        # Unpatched but AITER MHA off: FULL is not on AITER FA.
+        {"compilation.cudagraphMode": "FULL", "vllm.patched": False, "aiter.mha": False, "vllm.release": "0.10.2"},
+        # Unpatched 0.10.2 with FULL_AND_PIECEWISE: correct without spec decode.
+        {"compilation.cudagraphMode": "FULL_AND_PIECEWISE", "vllm.patched": False, "vllm.release": "0.10.2"},
+        # Eager: no graphs, nothing to get wrong.
+        {"compilation.cudagraphMode": "FULL", "vllm.patched": False, "vllm.release": "0.10.2", "enforceEager": True},
+        # 0.20+: AITER env no longer auto-selects AITER FA, and its support is UNIFORM_BATCH.
+        {"compilation.cudagraphMode": "FULL", "vllm.patched": False, "vllm.release": "0.20.0"},
+        {
+            "compilation.cudagraphMode": "FULL",
+            "attentionBackend": "ROCM_AITER_FA",
+            "vllm.release": "0.20.0",
+            "speculativeConfig": SPEC,
+        },
+        # Patched: FULL_DECODE_ONLY with spec decode falls back to PIECEWISE inside vLLM (safe).
+        {
+            "compilation.cudagraphMode": "FULL_DECODE_ONLY",
+            "attentionBackend": "ROCM_AITER_FA",
+            "speculativeConfig": SPEC,
+        },
+        {"compilation.cudagraphMode": "PIECEWISE", "attentionBackend": "ROCM_AITER_FA", "speculativeConfig": SPEC},
+        # Flags the typed values do not own (tests/charts/test_guard.py has the refused ones).
+        {"extraArgs": ["--enable-prefix-caching", "--cudagraph-metrics", "--max-num-batched-tokens=8192"]},
+    ],
+)
 def test_accepts_good_combinations(values: dict[str, Any]) -> None:
     assert render(values)
 
 
 def test_alert_rules_check_and_unit_tests() -> None:
-    subprocess.run(["promtool", "check", "rules", str(CHART / "files" / "alerts.rules.yaml")], check=True,
-                   capture_output=True, timeout=60)
-    proc = subprocess.run(["promtool", "test", "rules", str(Path(__file__).parent / "alerts.test.yaml")],
-                          capture_output=True, text=True, timeout=60)
+    subprocess.run(
+        ["promtool", "check", "rules", str(CHART / "files" / "alerts.rules.yaml")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    proc = subprocess.run(
+        ["promtool", "test", "rules", str(Path(__file__).parent / "alerts.test.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -3,6 +3,7 @@ the mode comes from it, the sidecar gets the report itself (`--qualification`, f
 baseline and the modes that failed), and a mode it did not pass is refused. Rendered with the real helm, on the real
 report of the H200 run (tests/fixtures/qualify/h200-vllm-0.26.0: FULL_DECODE_ONLY recommended, FULL failed).
 tests/charts/test_qualification_agreement.py holds the chart's report checks to the Python reader's."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,12 @@ HELM = os.environ.get("HELM", str(WORK / "bin" / "helm"))
 REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"
 # What the report was measured with: the chart refuses it for another model or release.
 # The H200 report's baseline is format 1: no long-prompt answers, so the canary must send none to match it.
-MATCH = {"vllm.release": "0.26.0", "model.name": "HuggingFaceTB/SmolLM2-135M-Instruct",
-         "model.servedName": "smollm2-135m-instruct", "sidecar.canaryLongPrompts": 0}
+MATCH = {
+    "vllm.release": "0.26.0",
+    "model.name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "model.servedName": "smollm2-135m-instruct",
+    "sidecar.canaryLongPrompts": 0,
+}
 
 
 def helm_template(values: dict[str, Any], report: Path | None) -> subprocess.CompletedProcess[str]:
@@ -69,8 +74,10 @@ def arg(args: list[str], flag: str) -> str:
 
 def mode_of(docs: list[dict[str, Any]]) -> tuple[str, str]:
     c = containers(docs)
-    return (json.loads(arg(c["vllm"]["args"], "--compilation-config"))["cudagraph_mode"],
-            arg(c["health"]["args"], "--expected-mode"))
+    return (
+        json.loads(arg(c["vllm"]["args"], "--compilation-config"))["cudagraph_mode"],
+        arg(c["health"]["args"], "--expected-mode"),
+    )
 
 
 def edited(tmp_path: Path, change) -> Path:
@@ -124,8 +131,9 @@ def test_the_mode_the_report_failed_is_refused() -> None:
 
 def test_a_mode_the_report_did_not_cover_is_refused(tmp_path: Path) -> None:
     report = edited(tmp_path, lambda r: r.update(rows=[x for x in r["rows"] if x["mode"] != "FULL_AND_PIECEWISE"]))
-    assert "FULL_AND_PIECEWISE was not qualified" in refused({"compilation.cudagraphMode": "FULL_AND_PIECEWISE"},
-                                                            report)
+    assert "FULL_AND_PIECEWISE was not qualified" in refused(
+        {"compilation.cudagraphMode": "FULL_AND_PIECEWISE"}, report
+    )
 
 
 def test_eager_needs_none_to_have_passed(tmp_path: Path) -> None:
@@ -133,29 +141,39 @@ def test_eager_needs_none_to_have_passed(tmp_path: Path) -> None:
     assert "--enforce-eager" in containers(docs)["vllm"]["args"] and mode_of(docs)[1] == "NONE"
     none_failed = edited(tmp_path, lambda r: r["rows"][0].update(verdict="error", verdict_reason="did not start"))
     assert "cudagraph_mode NONE errored qualification on this node: did not start" in refused(
-        {"enforceEager": True}, none_failed)
+        {"enforceEager": True}, none_failed
+    )
 
 
-@pytest.mark.parametrize("values,message", [
-    ({"model.servedName": "llama"}, 'the report qualified model "smollm2-135m-instruct", this release serves "llama"'),
-    ({"vllm.release": "0.14.0"}, "measured on vLLM 0.26.0, vllm.release is 0.14.0"),
-    ({"canary.baseline": baseline_for("smollm2-135m-instruct")}, "give the canary's accuracy reference once"),
-    ({"canary.existingConfigMap": "mine"}, "give the canary's accuracy reference once"),
-    ({"canary.enabled": False}, "canary.enabled=false together with qualification"),
-])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        (
+            {"model.servedName": "llama"},
+            'the report qualified model "smollm2-135m-instruct", this release serves "llama"',
+        ),
+        ({"vllm.release": "0.14.0"}, "measured on vLLM 0.26.0, vllm.release is 0.14.0"),
+        ({"canary.baseline": baseline_for("smollm2-135m-instruct")}, "give the canary's accuracy reference once"),
+        ({"canary.existingConfigMap": "mine"}, "give the canary's accuracy reference once"),
+        ({"canary.enabled": False}, "canary.enabled=false together with qualification"),
+    ],
+)
 def test_a_report_for_something_else_is_refused(values: dict[str, Any], message: str) -> None:
     assert message in refused(values)
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda r: r.update(kind="bench"), "not a qualification report"),
-    (lambda r: r.update(rows="none"), "has no rows"),
-    (lambda r: r["rows"][1].update(verdict="fine"), "row 1 needs a mode"),
-    (lambda r: r["rows"].append(dict(r["rows"][4], verdict="pass")), "mode FULL appears twice"),
-    (lambda r: r.pop("vllm_version"), "does not say which vLLM it measured"),
-    (lambda r: r.update(baseline=None), "carries no canary baseline"),
-    (lambda r: (r.update(recommended=None), [x.update(verdict="fail") for x in r["rows"]]), "recommends no mode"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda r: r.update(kind="bench"), "not a qualification report"),
+        (lambda r: r.update(rows="none"), "has no rows"),
+        (lambda r: r["rows"][1].update(verdict="fine"), "row 1 needs a mode"),
+        (lambda r: r["rows"].append(dict(r["rows"][4], verdict="pass")), "mode FULL appears twice"),
+        (lambda r: r.pop("vllm_version"), "does not say which vLLM it measured"),
+        (lambda r: r.update(baseline=None), "carries no canary baseline"),
+        (lambda r: (r.update(recommended=None), [x.update(verdict="fail") for x in r["rows"]]), "recommends no mode"),
+    ],
+)
 def test_malformed_reports_are_refused(tmp_path: Path, change, message: str) -> None:
     assert message in refused(report=edited(tmp_path, change))
 
@@ -172,6 +190,10 @@ def test_qualified_render_is_valid_kubernetes(tmp_path: Path) -> None:
         pytest.fail("kubernetes-validate not found (run `make setup`)")
     docs = [d for d in render() if "monitoring.coreos.com" not in d["apiVersion"]]
     (tmp_path / "o.yaml").write_text(yaml.safe_dump_all(docs))
-    proc = subprocess.run([tool_path, "-k", "1.33.0", "--strict", "--quiet", str(tmp_path / "o.yaml")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [tool_path, "-k", "1.33.0", "--strict", "--quiet", str(tmp_path / "o.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

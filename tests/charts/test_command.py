@@ -7,6 +7,7 @@ The wrappers are run for real (sh, bash, env) with a recorder named `vllm` first
 environment it got, nothing else: a stand-in for the binary, not for vLLM's parser), and what they recorded is
 parsed by the real vLLM of the CPU venv: each would have run a mode the chart refuses.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,42 +30,48 @@ ENTRYPOINT = "/opt/vllm-rocm/bin/vllm-serve.sh"
 WRAPPER = "is not a vLLM entrypoint the chart knows"
 
 
-@pytest.mark.parametrize("command", [
-    [ENTRYPOINT],
-    ["vllm", "serve"],
-    ["/usr/local/bin/vllm", "serve"],
-    ["/opt/venv/bin/vllm", "serve", "--disable-log-requests"],
-    ["python3", "-m", "vllm.entrypoints.cli.main", "serve"],
-    ["/opt/venv/bin/python3.12", "-m", "vllm.entrypoints.cli.main", "serve"],
-    ["python", "-m", "vllm.entrypoints.cli.main", "serve"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [ENTRYPOINT],
+        ["vllm", "serve"],
+        ["/usr/local/bin/vllm", "serve"],
+        ["/opt/venv/bin/vllm", "serve", "--disable-log-requests"],
+        ["python3", "-m", "vllm.entrypoints.cli.main", "serve"],
+        ["/opt/venv/bin/python3.12", "-m", "vllm.entrypoints.cli.main", "serve"],
+        ["python", "-m", "vllm.entrypoints.cli.main", "serve"],
+    ],
+)
 def test_known_entrypoints_render(command: list[str]) -> None:
     vllm = container(pod_spec(render({"vllm.command": command})), "vllm")
     assert vllm["command"] == command
 
 
-@pytest.mark.parametrize("command", [
-    ["/bin/sh", "-c", 'exec vllm serve "$@"', "sh"],
-    ["sh", "-ec", 'exec vllm serve "$@"', "sh"],
-    ["bash", "-lc", 'vllm serve "$@"', "bash"],
-    ["/bin/bash", "-o", "errexit", "-c", 'exec vllm serve "$@"', "x"],
-    ["env", "VLLM_ROCM_USE_AITER=0", "vllm", "serve"],
-    ["/usr/bin/env", "vllm", "serve"],
-    ["python3", "-c", "import runpy, sys; runpy.run_module('vllm.entrypoints.cli.main', run_name='__main__')"],
-    ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-    ["python3", "-I", "-m", "vllm.entrypoints.cli.main", "serve"],
-    ["numactl", "--interleave=all", "vllm", "serve"],
-    ["tini", "--", "vllm", "serve"],
-    ["vllm"],
-    ["vllm", "bench", "serve"],
-    ["/models/bin/vllm", "serve"],  # inside the model cache volume: anything may have put it there
-    ["/tmp/vllm", "serve"],
-    ["/home/vllm/.local/bin/vllm", "serve"],
-    ["/cache/vllm", "serve"],
-    ["./vllm", "serve"],
-    ["vllm-serve.sh"],
-    ["/opt/vllm-rocm/bin/vllm-serve.sh.orig"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["/bin/sh", "-c", 'exec vllm serve "$@"', "sh"],
+        ["sh", "-ec", 'exec vllm serve "$@"', "sh"],
+        ["bash", "-lc", 'vllm serve "$@"', "bash"],
+        ["/bin/bash", "-o", "errexit", "-c", 'exec vllm serve "$@"', "x"],
+        ["env", "VLLM_ROCM_USE_AITER=0", "vllm", "serve"],
+        ["/usr/bin/env", "vllm", "serve"],
+        ["python3", "-c", "import runpy, sys; runpy.run_module('vllm.entrypoints.cli.main', run_name='__main__')"],
+        ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        ["python3", "-I", "-m", "vllm.entrypoints.cli.main", "serve"],
+        ["numactl", "--interleave=all", "vllm", "serve"],
+        ["tini", "--", "vllm", "serve"],
+        ["vllm"],
+        ["vllm", "bench", "serve"],
+        ["/models/bin/vllm", "serve"],  # inside the model cache volume: anything may have put it there
+        ["/tmp/vllm", "serve"],
+        ["/home/vllm/.local/bin/vllm", "serve"],
+        ["/cache/vllm", "serve"],
+        ["./vllm", "serve"],
+        ["vllm-serve.sh"],
+        ["/opt/vllm-rocm/bin/vllm-serve.sh.orig"],
+    ],
+)
 def test_a_wrapper_is_refused_unless_acknowledged(command: list[str]) -> None:
     lines = refusals({"vllm.command": command})
     assert any(WRAPPER in line and "vllm.commandIsWrapper=true" in line for line in lines), lines
@@ -83,8 +90,10 @@ def test_an_acknowledged_wrapper_still_has_its_vllm_arguments_judged() -> None:
     # The multi-node leader runs the wrapper through its own script, with the same NOTES.
     docs = render({**wrapper, "multiNode.enabled": True, "tensorParallelSize": 8})
     lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
-    assert container(lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"], "vllm")["args"][:4] == \
-        wrapper["vllm.command"]
+    assert (
+        container(lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"], "vllm")["args"][:4]
+        == wrapper["vllm.command"]
+    )
 
 
 def test_an_acknowledgement_that_is_not_needed_is_refused() -> None:
@@ -97,8 +106,13 @@ def test_an_acknowledgement_that_is_not_needed_is_refused() -> None:
 def test_a_variable_that_picks_the_program_is_a_wrapper(name: str) -> None:
     lines = refusals({"extraEnv": [{"name": name, "value": "/models/bin"}]})
     assert any(f"extraEnv[0] {name} decides which program runs" in line for line in lines), lines
-    assert render({"extraEnv": [{"name": name, "value": "/models/bin"}],
-                   "vllm.command": ["sh", "-c", 'exec vllm serve "$@"', "sh"], "vllm.commandIsWrapper": True})
+    assert render(
+        {
+            "extraEnv": [{"name": name, "value": "/models/bin"}],
+            "vllm.command": ["sh", "-c", 'exec vllm serve "$@"', "sh"],
+            "vllm.commandIsWrapper": True,
+        }
+    )
 
 
 def test_the_images_entrypoint_is_vllm_serve_and_its_variables_are_judged() -> None:
@@ -141,11 +155,13 @@ def run_recorded(argv: list[str], tmp: Path, env: dict[str, str] | None = None) 
 def test_the_images_entrypoint_passes_every_argument_through(tmp_path: Path) -> None:
     """The entrypoint script, run for real with the chart's arguments: `vllm` gets `serve` and them, unchanged (a
     JSON argument with quotes and spaces included)."""
-    vllm = container(pod_spec(render({"compilation.compilationConfig": {"debug_dump_path": "/tmp/it's \"here\""}})),
-                     "vllm")
+    vllm = container(
+        pod_spec(render({"compilation.compilationConfig": {"debug_dump_path": '/tmp/it\'s "here"'}})), "vllm"
+    )
     script = ROOT / "docker" / "scripts" / "vllm-serve.sh"
-    got = run_recorded(["bash", str(script), *vllm["args"]], tmp_path,
-                       {"VLLM_IMAGE_VERSIONS_FILE": str(tmp_path / "none")})
+    got = run_recorded(
+        ["bash", str(script), *vllm["args"]], tmp_path, {"VLLM_IMAGE_VERSIONS_FILE": str(tmp_path / "none")}
+    )
     assert got["argv"] == ["serve", *vllm["args"]]
 
 
@@ -194,8 +210,13 @@ def test_the_entrypoint_facts_hold_for_the_venvs_release() -> None:
     the module runs as __main__); `python -m vllm.entrypoints.openai.api_server` is not: its __main__ never reads the
     positional model (the chart renders the model positionally)."""
     python, _ = _vllm()
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     site_path = Path(site)
     points = "\n".join(p.read_text() for p in site_path.glob("vllm*.dist-info/entry_points.txt"))
     assert re.search(r"^vllm\s*=\s*vllm\.entrypoints\.cli\.main:main$", points, flags=re.M), points

@@ -1,4 +1,5 @@
 """The Grafana dashboard ConfigMap: off by default, the checked-in JSON byte for byte, the sidecar's label."""
+
 from __future__ import annotations
 
 import json
@@ -30,11 +31,16 @@ def test_ships_the_generated_json_with_the_sidecar_label() -> None:
 
 
 def test_label_namespace_and_annotations_are_values() -> None:
-    [cm] = _configmaps({"metrics.grafanaDashboard.enabled": True, "metrics.grafanaDashboard.namespace": "monitoring",
-                        "metrics.grafanaDashboard.label": "grafana.example.com/dashboard",
-                        "metrics.grafanaDashboard.labelValue": 1,
-                        "metrics.grafanaDashboard.labels": {"team": "llm"},
-                        "metrics.grafanaDashboard.annotations": {"grafana_folder": "vLLM"}})
+    [cm] = _configmaps(
+        {
+            "metrics.grafanaDashboard.enabled": True,
+            "metrics.grafanaDashboard.namespace": "monitoring",
+            "metrics.grafanaDashboard.label": "grafana.example.com/dashboard",
+            "metrics.grafanaDashboard.labelValue": 1,
+            "metrics.grafanaDashboard.labels": {"team": "llm"},
+            "metrics.grafanaDashboard.annotations": {"grafana_folder": "vLLM"},
+        }
+    )
     meta = cm["metadata"]
     assert meta["namespace"] == "monitoring"
     assert meta["labels"]["grafana.example.com/dashboard"] == "1" and "grafana_dashboard" not in meta["labels"]
@@ -42,7 +48,8 @@ def test_label_namespace_and_annotations_are_values() -> None:
 
 
 def test_schema_refuses_bad_values() -> None:
-    assert "labelValue" in render_error({"metrics.grafanaDashboard.enabled": True,
-                                         "metrics.grafanaDashboard.labelValue": "not a label value"})
+    assert "labelValue" in render_error(
+        {"metrics.grafanaDashboard.enabled": True, "metrics.grafanaDashboard.labelValue": "not a label value"}
+    )
     assert "namespace" in render_error({"metrics.grafanaDashboard.namespace": "Not_A_Namespace"})
     assert "grafanaDashboard" in render_error({"metrics.grafanaDashboard.enable": True})  # a typo is an error

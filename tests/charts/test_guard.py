@@ -7,6 +7,7 @@ compilation-affecting spelling fails here until the chart refuses it or it is re
 renders through the real helm; `test_bypass_table_reaches_the_real_parser` parses the same table with the real vLLM
 parser of the CPU venv, so no row is a spelling vLLM would not take.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,16 +70,20 @@ GUARDED_FLAGS: dict[str, str] = {
 }
 # A flag whose setting or option matches this is compilation-affecting until reviewed: it must be in GUARDED_FLAGS
 # or REVIEWED_FLAGS, so that a release adding one fails the test.
-FLAG_NET = re.compile(r"compil|cudagraph|cuda[_-]graph|eager|capture|optimization|speculative|^spec[_-]|^attention\.|"
-                      r"attention[_-]config|^cli\.config$")
+FLAG_NET = re.compile(
+    r"compil|cudagraph|cuda[_-]graph|eager|capture|optimization|speculative|^spec[_-]|^attention\.|"
+    r"attention[_-]config|^cli\.config$"
+)
 REVIEWED_FLAGS: dict[str, str] = {
     "observability.cudagraph_metrics": "log-only CUDA-graph statistics; changes no graph",
 }
 
 # Environment variables: a name matching ENV_NET, or one the ROCm attention-backend selection reads, must be refused
 # by the chart or reviewed here as not changing the graph mode, the compiled graphs or the backend.
-ENV_NET = re.compile(r"CUDAGRAPH|CUDA_GRAPH|COMPILE|DYNAMO|INDUCTOR|EAGER|MODEL_RUNNER|ATTENTION_BACKEND|^VLLM_USE_V1$|"
-                     r"^VLLM_ROCM_USE_AITER(_MHA)?$|UNIFIED_ATTENTION|PREFILL_DECODE_ATTENTION")
+ENV_NET = re.compile(
+    r"CUDAGRAPH|CUDA_GRAPH|COMPILE|DYNAMO|INDUCTOR|EAGER|MODEL_RUNNER|ATTENTION_BACKEND|^VLLM_USE_V1$|"
+    r"^VLLM_ROCM_USE_AITER(_MHA)?$|UNIFIED_ATTENTION|PREFILL_DECODE_ATTENTION"
+)
 REVIEWED_ENV: dict[str, str] = {
     "VLLM_ENABLE_CUDAGRAPH_GC": "garbage collection during capture: memory and capture time only",
     "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "how graph memory is estimated while profiling",
@@ -107,9 +112,11 @@ def _owned(tree: Path) -> tuple[list[facts.Flag], list[facts.Flag]]:
             reviewed.append(flag)
         elif FLAG_NET.search(flag.dest) or any(FLAG_NET.search(o.lstrip("-")) for o in flag.options):
             unknown.append(flag)
-    assert not unknown, (f"{tree}: flags that may change compilation or CUDA graphs and that the chart neither refuses "
-                         f"nor has reviewed (add them to files/vllm-settings.yaml and GUARDED_FLAGS, or to "
-                         f"REVIEWED_FLAGS with a reason): {unknown}")
+    assert not unknown, (
+        f"{tree}: flags that may change compilation or CUDA graphs and that the chart neither refuses "
+        f"nor has reviewed (add them to files/vllm-settings.yaml and GUARDED_FLAGS, or to "
+        f"REVIEWED_FLAGS with a reason): {unknown}"
+    )
     return guarded, reviewed
 
 
@@ -207,12 +214,20 @@ def test_release_facts_the_chart_encodes(version: str) -> None:
         assert "before 0.10.1 has no cudagraph_mode" in err and "vLLM 0.10.1 or later" in err
         return
     # splitting_ops: the ops the chart requires for attention to stay split include this release's.
-    required = next(e["ops"] for e in SETTINGS["attentionSplitOps"]
-                    if not e["before"] or minor < tuple(int(x) for x in e["before"].split(".")[:2]))
+    required = next(
+        e["ops"]
+        for e in SETTINGS["attentionSplitOps"]
+        if not e["before"] or minor < tuple(int(x) for x in e["before"].split(".")[:2])
+    )
     assert set(facts.attention_split_ops(tree)) <= set(required)
     base = {"vllm.release": version, "vllm.patched": True}
-    eff = effective({**base, "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
-                     "compilation.compilationConfig": {"splitting_ops": facts.attention_split_ops(tree)}})
+    eff = effective(
+        {
+            **base,
+            "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
+            "compilation.compilationConfig": {"splitting_ops": facts.attention_split_ops(tree)},
+        }
+    )
     assert eff["mode"] == "FULL_AND_PIECEWISE" and not eff["attentionInPiecewiseGraphs"], eff
     # The compile setting: `level` and/or `mode`; the one the release lacks is refused (0.10/0.11 would ignore
     # `mode` silently, 0.18+ reject `level`).
@@ -225,8 +240,9 @@ def test_release_facts_the_chart_encodes(version: str) -> None:
         else:
             assert f"compilation.compilationConfig.{key}:" in render_error(values)
     # PIECEWISE with splitting_ops []: FULL up to 0.11, NONE from 0.12.
-    eff = effective({**base, "compilation.cudagraphMode": "PIECEWISE",
-                     "compilation.compilationConfig": {"splitting_ops": []}})
+    eff = effective(
+        {**base, "compilation.cudagraphMode": "PIECEWISE", "compilation.compilationConfig": {"splitting_ops": []}}
+    )
     assert eff["configMode"] == facts.empty_splitting_piecewise(tree), eff
     # A piecewise mode without VLLM_COMPILE / level 3.
     key = "level" if minor < (0, 12) else "mode"
@@ -246,14 +262,22 @@ BYPASSES: list[tuple[str, dict[str, Any], str, bool]] = [
     # (id, values, what every refusal line must name, real). The chart refuses every spelling any supported release
     # takes, whatever vllm.release says. `real`: the vLLM of the CPU venv takes the row and it changes what the engine
     # gets (test_bypass_table_reaches_the_real_parser checks it); rows for another release say so in vllm.release.
-    ("underscore-separate-value", {"extraArgs": ["--compilation_config", FULL_JSON]}, "compilation.cudagraphMode",
-     True),
+    (
+        "underscore-separate-value",
+        {"extraArgs": ["--compilation_config", FULL_JSON]},
+        "compilation.cudagraphMode",
+        True,
+    ),
     ("dash-separate-value", {"extraArgs": ["--compilation-config", FULL_JSON]}, "compilation.cudagraphMode", True),
     ("equals", {"extraArgs": [f"--compilation-config={FULL_JSON}"]}, "compilation.cudagraphMode", True),
     ("underscore-equals", {"extraArgs": [f"--compilation_config={FULL_JSON}"]}, "compilation.cudagraphMode", True),
     ("dotted-equals", {"extraArgs": ["--compilation-config.cudagraph_mode=FULL"]}, "compilation.cudagraphMode", True),
-    ("dotted-underscore", {"extraArgs": ["--compilation_config.cudagraph_mode", "FULL"]},
-     "compilation.cudagraphMode", True),
+    (
+        "dotted-underscore",
+        {"extraArgs": ["--compilation_config.cudagraph_mode", "FULL"]},
+        "compilation.cudagraphMode",
+        True,
+    ),
     ("cc", {"extraArgs": ["-cc", FULL_JSON]}, "compilation.cudagraphMode", True),
     ("cc-equals", {"extraArgs": [f"-cc={FULL_JSON}"]}, "compilation.cudagraphMode", True),
     ("cc-dotted", {"extraArgs": ["-cc.cudagraph_mode=FULL"]}, "compilation.cudagraphMode", True),
@@ -262,77 +286,154 @@ BYPASSES: list[tuple[str, dict[str, Any], str, bool]] = [
     ("long-abbreviation", {"extraArgs": ["--compilation", FULL_JSON]}, "compilation.cudagraphMode", True),
     ("short-abbreviation", {"extraArgs": [f"--compil={FULL_JSON}"]}, "compilation.cudagraphMode", True),
     ("O-json-0.10", {"vllm.release": "0.10.2", "extraArgs": ["-O", FULL_JSON]}, "compilation.cudagraphMode", False),
-    ("O-dotted-0.10", {"vllm.release": "0.10.2", "extraArgs": ["-O.cudagraph_mode=FULL"]},
-     "compilation.cudagraphMode", False),
+    (
+        "O-dotted-0.10",
+        {"vllm.release": "0.10.2", "extraArgs": ["-O.cudagraph_mode=FULL"]},
+        "compilation.cudagraphMode",
+        False,
+    ),
     ("O3", {"extraArgs": ["-O3"]}, "compilation.compilationConfig", True),
     ("O-space-3", {"extraArgs": ["-O", "3"]}, "compilation.compilationConfig", True),
     ("O-equals-0", {"extraArgs": ["-O=0"]}, "compilation.compilationConfig", True),
     ("optimization-level", {"extraArgs": ["--optimization-level", "0"]}, "compilation.compilationConfig.mode", True),
-    ("optimization-level-underscore", {"extraArgs": ["--optimization_level=0"]}, "compilation.compilationConfig",
-     True),
+    ("optimization-level-underscore", {"extraArgs": ["--optimization_level=0"]}, "compilation.compilationConfig", True),
     ("optimization-abbreviation", {"extraArgs": ["--opt", "0"]}, "compilation.compilationConfig", True),
     ("enforce-eager", {"extraArgs": ["--enforce-eager"]}, "enforceEager", True),
     ("enforce-eager-underscore", {"extraArgs": ["--enforce_eager"]}, "enforceEager", True),
     ("enforce-abbreviation", {"extraArgs": ["--enforce"]}, "enforceEager", True),
-    ("no-enforce-eager", {"enforceEager": True, "compilation.cudagraphMode": "NONE",
-                          "extraArgs": ["--no-enforce-eager"]}, "enforceEager", True),
-    ("cuda-graph-sizes", {"vllm.release": "0.10.2", "extraArgs": ["--cuda-graph-sizes", "1", "2"]},
-     "compilation.captureSizes", False),
-    ("max-seq-len-to-capture", {"vllm.release": "0.10.2", "extraArgs": ["--max-seq-len-to-capture=512"]},
-     "compilation.captureSizes", False),
-    ("cudagraph-capture-sizes", {"extraArgs": ["--cudagraph_capture_sizes", "1", "2"]}, "compilation.captureSizes",
-     True),
+    (
+        "no-enforce-eager",
+        {"enforceEager": True, "compilation.cudagraphMode": "NONE", "extraArgs": ["--no-enforce-eager"]},
+        "enforceEager",
+        True,
+    ),
+    (
+        "cuda-graph-sizes",
+        {"vllm.release": "0.10.2", "extraArgs": ["--cuda-graph-sizes", "1", "2"]},
+        "compilation.captureSizes",
+        False,
+    ),
+    (
+        "max-seq-len-to-capture",
+        {"vllm.release": "0.10.2", "extraArgs": ["--max-seq-len-to-capture=512"]},
+        "compilation.captureSizes",
+        False,
+    ),
+    (
+        "cudagraph-capture-sizes",
+        {"extraArgs": ["--cudagraph_capture_sizes", "1", "2"]},
+        "compilation.captureSizes",
+        True,
+    ),
     ("max-cudagraph-capture-size", {"extraArgs": ["--max-cudagraph", "8"]}, "compilation.captureSizes", True),
     ("config-file", {"extraArgs": ["--config", "/models/vllm.yaml"]}, "typed values", True),
     # vLLM expands only a separate `--config FILE`; `--config=FILE` is refused anyway (the check is on the option).
     ("config-file-equals", {"extraArgs": ["--config=/models/vllm.yaml"]}, "typed values", False),
     ("attention-backend", {"extraArgs": ["--attention_backend=ROCM_AITER_FA"]}, "attentionBackend", True),
     ("attention-config-dotted", {"extraArgs": ["-ac.backend=ROCM_AITER_FA"]}, "attentionBackend", True),
-    ("speculative-config", {"extraArgs": ["-sc", '{"method":"ngram","num_speculative_tokens":3}']},
-     "speculativeConfig", True),
+    (
+        "speculative-config",
+        {"extraArgs": ["-sc", '{"method":"ngram","num_speculative_tokens":3}']},
+        "speculativeConfig",
+        True,
+    ),
     ("spec-tokens", {"extraArgs": ["--spec-tokens", "3"]}, "speculativeConfig", True),
     ("kv-cache-dtype", {"extraArgs": ["--kv-cache-dtype=fp8"]}, "kvCacheDtype", True),
     ("max-num-seqs", {"extraArgs": ["--max_num_seqs", "512"]}, "maxNumSeqs", True),
     ("tensor-parallel", {"extraArgs": ["-tp", "2"]}, "tensorParallelSize", True),
-    ("sleep-mode-offload-cudagraph", {"vllm.release": "0.33.0", "extraArgs": ["--sleep-mode-offload-cudagraph"]},
-     "does not support", False),
+    (
+        "sleep-mode-offload-cudagraph",
+        {"vllm.release": "0.33.0", "extraArgs": ["--sleep-mode-offload-cudagraph"]},
+        "does not support",
+        False,
+    ),
     ("future-graph-flag", {"extraArgs": ["--cudagraph-decoder-replay"]}, "compilation.*", False),
     ("in-vllm-command", {"vllm.command": ["vllm", "serve", "-O3"]}, "compilation.compilationConfig", True),
     # A shell is no vLLM entrypoint (templates/_command.tpl); `-c` is also a prefix of vLLM's -cc.
     ("shell-wrapper", {"vllm.command": ["/bin/sh", "-c", 'exec vllm serve "$@" -O3', "sh"]}, "vllm.command", False),
     # Environment variables.
-    ("env-aiter", {"extraEnv": [{"name": "VLLM_ROCM_USE_AITER", "value": "1"}], "aiter.enabled": False},
-     "aiter.enabled", False),
-    ("env-aiter-mha", {**UNPATCHED_0102, "aiter.mha": False, "compilation.cudagraphMode": "FULL",
-                       "extraEnv": [{"name": "VLLM_ROCM_USE_AITER_MHA", "value": "1"}]}, "aiter.mha", False),
-    ("env-attention-backend", {"extraEnv": [{"name": "VLLM_ATTENTION_BACKEND", "value": "ROCM_AITER_FA"}]},
-     "attentionBackend", False),
-    ("env-from-secret", {"extraEnv": [{"name": "VLLM_ATTENTION_BACKEND",
-                                       "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
-     "attentionBackend", False),
-    ("env-v0", {"vllm.release": "0.10.2", "extraEnv": [{"name": "VLLM_USE_V1", "value": "0"}]}, "does not support",
-     False),
+    (
+        "env-aiter",
+        {"extraEnv": [{"name": "VLLM_ROCM_USE_AITER", "value": "1"}], "aiter.enabled": False},
+        "aiter.enabled",
+        False,
+    ),
+    (
+        "env-aiter-mha",
+        {
+            **UNPATCHED_0102,
+            "aiter.mha": False,
+            "compilation.cudagraphMode": "FULL",
+            "extraEnv": [{"name": "VLLM_ROCM_USE_AITER_MHA", "value": "1"}],
+        },
+        "aiter.mha",
+        False,
+    ),
+    (
+        "env-attention-backend",
+        {"extraEnv": [{"name": "VLLM_ATTENTION_BACKEND", "value": "ROCM_AITER_FA"}]},
+        "attentionBackend",
+        False,
+    ),
+    (
+        "env-from-secret",
+        {"extraEnv": [{"name": "VLLM_ATTENTION_BACKEND", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+        "attentionBackend",
+        False,
+    ),
+    (
+        "env-v0",
+        {"vllm.release": "0.10.2", "extraEnv": [{"name": "VLLM_USE_V1", "value": "0"}]},
+        "does not support",
+        False,
+    ),
     ("env-v2-runner", {"extraEnv": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"}]}, "does not support", False),
-    ("env-breakable", {"extraEnv": [{"name": "VLLM_USE_BREAKABLE_CUDAGRAPH", "value": "1"}]},
-     "compilation.cudagraphMode", False),
-    ("env-no-pad", {"extraEnv": [{"name": "VLLM_DISABLE_PAD_FOR_CUDAGRAPH", "value": "1"}]},
-     "compilation.captureSizes", False),
-    ("env-torch-compile-disable", {"extraEnv": [{"name": "TORCH_COMPILE_DISABLE", "value": "1"}]},
-     "compilation.compilationConfig", False),
+    (
+        "env-breakable",
+        {"extraEnv": [{"name": "VLLM_USE_BREAKABLE_CUDAGRAPH", "value": "1"}]},
+        "compilation.cudagraphMode",
+        False,
+    ),
+    (
+        "env-no-pad",
+        {"extraEnv": [{"name": "VLLM_DISABLE_PAD_FOR_CUDAGRAPH", "value": "1"}]},
+        "compilation.captureSizes",
+        False,
+    ),
+    (
+        "env-torch-compile-disable",
+        {"extraEnv": [{"name": "TORCH_COMPILE_DISABLE", "value": "1"}]},
+        "compilation.compilationConfig",
+        False,
+    ),
     ("future-env", {"extraEnv": [{"name": "VLLM_CUDAGRAPH_SOMETHING_NEW", "value": "1"}]}, "compilation.*", False),
     # compilationConfig keys that set the mode behind cudagraphMode, or that this release does not read.
-    ("use-cudagraph", {"vllm.release": "0.10.2", "compilation.compilationConfig": {"use_cudagraph": False}},
-     "compilation.cudagraphMode", False),
-    ("full-cuda-graph", {"vllm.release": "0.10.2", "compilation.compilationConfig": {"full_cuda_graph": True}},
-     "compilation.cudagraphMode", False),
+    (
+        "use-cudagraph",
+        {"vllm.release": "0.10.2", "compilation.compilationConfig": {"use_cudagraph": False}},
+        "compilation.cudagraphMode",
+        False,
+    ),
+    (
+        "full-cuda-graph",
+        {"vllm.release": "0.10.2", "compilation.compilationConfig": {"full_cuda_graph": True}},
+        "compilation.cudagraphMode",
+        False,
+    ),
     ("mode-on-0.10", {"vllm.release": "0.10.2", "compilation.compilationConfig": {"mode": 0}}, "use level", False),
     ("level-on-0.20", {"vllm.release": "0.20.0", "compilation.compilationConfig": {"level": 0}}, "use mode", False),
     ("bad-mode", {"compilation.compilationConfig": {"mode": "FAST"}}, "must be 0-3", False),
-    ("splitting-ops-not-a-list", {"compilation.compilationConfig": {"splitting_ops": "none"}}, "must be a list",
-     False),
-    ("piecewise-without-compile-0.11", {"vllm.release": "0.11.0", "compilation.cudagraphMode": "PIECEWISE",
-                                        "compilation.compilationConfig": {"level": 0}}, "needs piecewise compilation",
-     False),
+    ("splitting-ops-not-a-list", {"compilation.compilationConfig": {"splitting_ops": "none"}}, "must be a list", False),
+    (
+        "piecewise-without-compile-0.11",
+        {
+            "vllm.release": "0.11.0",
+            "compilation.cudagraphMode": "PIECEWISE",
+            "compilation.compilationConfig": {"level": 0},
+        },
+        "needs piecewise compilation",
+        False,
+    ),
     ("release-without-cudagraph-mode", {"vllm.release": "0.10.0"}, "no cudagraph_mode", False),
 ]
 
@@ -347,19 +448,28 @@ def test_issue_bypass_underscore_flag_after_the_chart_flag() -> None:
     """The issue's first bypass: `--compilation_config` after the chart's own --compilation-config (vLLM reads `_` as
     `-`, the last flag wins) turned an unpatched 0.10.2 with AITER FA into FULL: silently wrong tokens."""
     lines = refusals({**UNPATCHED_0102, "extraArgs": ["--compilation_config", FULL_JSON]})
-    assert lines == ['extraArgs[0] "--compilation_config" is vLLM\'s --compilation-config, which sets the compilation '
-                     "config (cudagraph_mode, capture sizes, compile mode; -cc from 0.12): set "
-                     "compilation.cudagraphMode, compilation.captureSizes and compilation.compilationConfig instead"]
+    assert lines == [
+        'extraArgs[0] "--compilation_config" is vLLM\'s --compilation-config, which sets the compilation '
+        "config (cudagraph_mode, capture sizes, compile mode; -cc from 0.12): set "
+        "compilation.cudagraphMode, compilation.captureSizes and compilation.compilationConfig instead"
+    ]
 
 
-@pytest.mark.parametrize("release,message", [
-    ("0.10.2", "aiter-fa-full-cudagraph-always"),  # ALWAYS declared: FULL is honoured and wrong
-    ("0.10.1.1", "aiter-fa-cudagraph-dead-flag"),  # NEVER: capture raises
-])
+@pytest.mark.parametrize(
+    "release,message",
+    [
+        ("0.10.2", "aiter-fa-full-cudagraph-always"),  # ALWAYS declared: FULL is honoured and wrong
+        ("0.10.1.1", "aiter-fa-cudagraph-dead-flag"),  # NEVER: capture raises
+    ],
+)
 def test_issue_bypass_empty_splitting_ops_is_full_on_010(release: str, message: str) -> None:
     """The issue's second bypass: PIECEWISE with `splitting_ops: []` on 0.10.x is FULL inside vLLM."""
-    values = {"vllm.release": release, "vllm.patched": False, "compilation.cudagraphMode": "PIECEWISE",
-              "compilation.compilationConfig": {"splitting_ops": []}}
+    values = {
+        "vllm.release": release,
+        "vllm.patched": False,
+        "compilation.cudagraphMode": "PIECEWISE",
+        "compilation.compilationConfig": {"splitting_ops": []},
+    }
     err = render_error(values)
     assert message in err and "which vLLM" in err and "runs as FULL" in err and "splitting_ops=[]" in err
     # The same with the patch: allowed, and everything that reads the effective settings sees FULL.
@@ -371,53 +481,127 @@ def test_issue_bypass_empty_splitting_ops_is_full_on_010(release: str, message: 
     assert want in notes({**values, "vllm.patched": True})
 
 
-@pytest.mark.parametrize("values", [
-    # FULL_AND_PIECEWISE with attention left inside the pieces: as wrong as FULL on unpatched 0.10.2.
-    {**UNPATCHED_0102, "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
-     "compilation.compilationConfig": {"splitting_ops": []}},
-    {**UNPATCHED_0102, "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
-     "compilation.compilationConfig": {"splitting_ops": ["vllm.unified_attention"]}},
-    {**UNPATCHED_0102, "compilation.cudagraphMode": "PIECEWISE",
-     "compilation.compilationConfig": {"splitting_ops": ["vllm::unified_attention",
-                                                         "vllm::unified_attention_with_output"]}},  # 0.12+ names
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        # FULL_AND_PIECEWISE with attention left inside the pieces: as wrong as FULL on unpatched 0.10.2.
+        {
+            **UNPATCHED_0102,
+            "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
+            "compilation.compilationConfig": {"splitting_ops": []},
+        },
+        {
+            **UNPATCHED_0102,
+            "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
+            "compilation.compilationConfig": {"splitting_ops": ["vllm.unified_attention"]},
+        },
+        {
+            **UNPATCHED_0102,
+            "compilation.cudagraphMode": "PIECEWISE",
+            "compilation.compilationConfig": {
+                "splitting_ops": ["vllm::unified_attention", "vllm::unified_attention_with_output"]
+            },
+        },  # 0.12+ names
+    ],
+)
 def test_attention_inside_piecewise_graphs_is_judged_full(values: dict[str, Any]) -> None:
     assert "aiter-fa-full-cudagraph-always [wrong_tokens]" in render_error(values)
     eff = effective({**values, "vllm.patched": True})
     assert eff["mode"] == "FULL" and eff["attentionInPiecewiseGraphs"] is True, eff
 
 
-@pytest.mark.parametrize("values,config,mode", [
-    ({}, "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE"),
-    ({"enforceEager": True}, "NONE", "NONE"),
-    ({"vllm.release": "0.10.2", "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
-      "compilation.compilationConfig": {"splitting_ops": ["vllm.unified_attention",
-                                                          "vllm.unified_attention_with_output", "vllm.mamba_mixer2"]}},
-     "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE"),
-    ({"vllm.release": "0.10.2", "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
-      "compilation.compilationConfig": {"splitting_ops": []}}, "FULL_AND_PIECEWISE", "FULL"),
-    ({"vllm.release": "0.10.2", "compilation.cudagraphMode": "FULL", "compilation.compilationConfig": {"level": 0}},
-     "FULL", "FULL"),
-    ({"vllm.release": "0.11.0", "compilation.cudagraphMode": "PIECEWISE",
-      "compilation.compilationConfig": {"splitting_ops": [], "use_inductor_graph_partition": True}},
-     "PIECEWISE", "PIECEWISE"),
-    ({"compilation.cudagraphMode": "PIECEWISE", "compilation.compilationConfig": {"splitting_ops": []}},
-     "NONE", "NONE"),
-    ({"compilation.compilationConfig": {"splitting_ops": []}}, "FULL", "FULL"),
-    ({"compilation.compilationConfig": {"splitting_ops": ["vllm::unified_attention_with_output"]}},
-     "FULL_AND_PIECEWISE", "FULL"),
-    ({"compilation.compilationConfig": {"mode": "NONE"}}, "NONE", "NONE"),
-    ({"compilation.compilationConfig": {"level": 2}}, "NONE", "NONE"),      # 0.12-0.19 read level as mode
-    ({"compilation.cudagraphMode": "FULL_DECODE_ONLY", "compilation.compilationConfig": {"mode": 0}},
-     "FULL_DECODE_ONLY", "FULL_DECODE_ONLY"),
-    ({"vllm.release": "0.30.0", "compilation.compilationConfig": {"mode": 0}}, "FULL_DECODE_ONLY", "FULL_DECODE_ONLY"),
-    ({"vllm.release": "0.30.0", "compilation.cudagraphMode": "PIECEWISE", "compilation.compilationConfig": {"mode": 1}},
-     "NONE", "NONE"),
-    ({"compilation.compilationConfig": {"pass_config": {"fuse_attn_quant": True}}}, "FULL", "FULL"),
-    ({"compilation.compilationConfig": {"pass_config": {"fuse_attn_quant": True},
-                                        "use_inductor_graph_partition": True}},
-     "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE"),
-])
+@pytest.mark.parametrize(
+    "values,config,mode",
+    [
+        ({}, "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE"),
+        ({"enforceEager": True}, "NONE", "NONE"),
+        (
+            {
+                "vllm.release": "0.10.2",
+                "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
+                "compilation.compilationConfig": {
+                    "splitting_ops": [
+                        "vllm.unified_attention",
+                        "vllm.unified_attention_with_output",
+                        "vllm.mamba_mixer2",
+                    ]
+                },
+            },
+            "FULL_AND_PIECEWISE",
+            "FULL_AND_PIECEWISE",
+        ),
+        (
+            {
+                "vllm.release": "0.10.2",
+                "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
+                "compilation.compilationConfig": {"splitting_ops": []},
+            },
+            "FULL_AND_PIECEWISE",
+            "FULL",
+        ),
+        (
+            {
+                "vllm.release": "0.10.2",
+                "compilation.cudagraphMode": "FULL",
+                "compilation.compilationConfig": {"level": 0},
+            },
+            "FULL",
+            "FULL",
+        ),
+        (
+            {
+                "vllm.release": "0.11.0",
+                "compilation.cudagraphMode": "PIECEWISE",
+                "compilation.compilationConfig": {"splitting_ops": [], "use_inductor_graph_partition": True},
+            },
+            "PIECEWISE",
+            "PIECEWISE",
+        ),
+        (
+            {"compilation.cudagraphMode": "PIECEWISE", "compilation.compilationConfig": {"splitting_ops": []}},
+            "NONE",
+            "NONE",
+        ),
+        ({"compilation.compilationConfig": {"splitting_ops": []}}, "FULL", "FULL"),
+        (
+            {"compilation.compilationConfig": {"splitting_ops": ["vllm::unified_attention_with_output"]}},
+            "FULL_AND_PIECEWISE",
+            "FULL",
+        ),
+        ({"compilation.compilationConfig": {"mode": "NONE"}}, "NONE", "NONE"),
+        ({"compilation.compilationConfig": {"level": 2}}, "NONE", "NONE"),  # 0.12-0.19 read level as mode
+        (
+            {"compilation.cudagraphMode": "FULL_DECODE_ONLY", "compilation.compilationConfig": {"mode": 0}},
+            "FULL_DECODE_ONLY",
+            "FULL_DECODE_ONLY",
+        ),
+        (
+            {"vllm.release": "0.30.0", "compilation.compilationConfig": {"mode": 0}},
+            "FULL_DECODE_ONLY",
+            "FULL_DECODE_ONLY",
+        ),
+        (
+            {
+                "vllm.release": "0.30.0",
+                "compilation.cudagraphMode": "PIECEWISE",
+                "compilation.compilationConfig": {"mode": 1},
+            },
+            "NONE",
+            "NONE",
+        ),
+        ({"compilation.compilationConfig": {"pass_config": {"fuse_attn_quant": True}}}, "FULL", "FULL"),
+        (
+            {
+                "compilation.compilationConfig": {
+                    "pass_config": {"fuse_attn_quant": True},
+                    "use_inductor_graph_partition": True,
+                }
+            },
+            "FULL_AND_PIECEWISE",
+            "FULL_AND_PIECEWISE",
+        ),
+    ],
+)
 def test_effective_mode_per_release(values: dict[str, Any], config: str, mode: str) -> None:
     eff = effective(values)
     assert (eff["configMode"], eff["mode"]) == (config, mode), eff
@@ -428,18 +612,38 @@ def test_effective_mode_per_release(values: dict[str, Any], config: str, mode: s
 
 def test_effective_settings_hold_every_input_of_a_later_guard() -> None:
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
-    eff = effective({"vllm.release": "0.20.0", "attentionBackend": "ROCM_AITER_FA", "kvCacheDtype": "fp8",
-                     "maxNumSeqs": 64, "speculativeConfig": spec, "compilation.captureSizes": [1, 2, 4],
-                     "compilation.compilationConfig": {"max_cudagraph_capture_size": 4, "mode": 3},
-                     "aiter.mha": False})
+    eff = effective(
+        {
+            "vllm.release": "0.20.0",
+            "attentionBackend": "ROCM_AITER_FA",
+            "kvCacheDtype": "fp8",
+            "maxNumSeqs": 64,
+            "speculativeConfig": spec,
+            "compilation.captureSizes": [1, 2, 4],
+            "compilation.compilationConfig": {"max_cudagraph_capture_size": 4, "mode": 3},
+            "aiter.mha": False,
+        }
+    )
     assert eff["aiterFA"] is True and eff["attentionBackend"] == "ROCM_AITER_FA"
     assert eff["aiter"] == {"enabled": True, "mha": False}
-    assert (eff["kvCacheDtype"], eff["maxNumSeqs"], eff["speculative"], eff["numSpeculativeTokens"]) == ("fp8", 64,
-                                                                                                         True, 3)
-    assert (eff["captureSizes"], eff["maxCaptureSize"], eff["compileMode"], eff["compileModeKey"]) == ([1, 2, 4], 4,
-                                                                                                         3, "mode")
-    assert eff["compilationConfig"] == {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4],
-                                        "max_cudagraph_capture_size": 4, "mode": 3}
+    assert (eff["kvCacheDtype"], eff["maxNumSeqs"], eff["speculative"], eff["numSpeculativeTokens"]) == (
+        "fp8",
+        64,
+        True,
+        3,
+    )
+    assert (eff["captureSizes"], eff["maxCaptureSize"], eff["compileMode"], eff["compileModeKey"]) == (
+        [1, 2, 4],
+        4,
+        3,
+        "mode",
+    )
+    assert eff["compilationConfig"] == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE",
+        "cudagraph_capture_sizes": [1, 2, 4],
+        "max_cudagraph_capture_size": 4,
+        "mode": 3,
+    }
     assert eff["releasePatch"] == "0.20.0" and eff["tensorParallelSize"] == 1 and eff["eager"] is False
     # Auto-selection: AITER FA on < 0.20 with aiter.enabled + aiter.mha, never on 0.20+.
     assert effective({"vllm.release": "0.14.0"})["aiterFA"] is True
@@ -447,12 +651,19 @@ def test_effective_settings_hold_every_input_of_a_later_guard() -> None:
 
 
 def test_refusals_are_all_listed_at_once() -> None:
-    lines = refusals({"extraArgs": ["--enforce-eager", "--enable-prefix-caching", "-O3"],
-                      "extraEnv": [{"name": "HF_HUB_OFFLINE", "value": "1"},
-                                   {"name": "VLLM_ROCM_USE_AITER", "value": "0"}],
-                      "compilation.compilationConfig": {"full_cuda_graph": True}})
-    assert [line.split(" ", 1)[0] for line in lines] == ["compilation.compilationConfig.full_cuda_graph:",
-                                                         "extraArgs[0]", "extraArgs[2]", "extraEnv[1]"]
+    lines = refusals(
+        {
+            "extraArgs": ["--enforce-eager", "--enable-prefix-caching", "-O3"],
+            "extraEnv": [{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "VLLM_ROCM_USE_AITER", "value": "0"}],
+            "compilation.compilationConfig": {"full_cuda_graph": True},
+        }
+    )
+    assert [line.split(" ", 1)[0] for line in lines] == [
+        "compilation.compilationConfig.full_cuda_graph:",
+        "extraArgs[0]",
+        "extraArgs[2]",
+        "extraEnv[1]",
+    ]
 
 
 # --- one node's GPUs and /dev/shm ---------------------------------------------------------------------------------
@@ -476,24 +687,27 @@ def test_gpus_per_node_schema(value: Any, path: str) -> None:
     assert path in render_error({"gpusPerNode": value})
 
 
-@pytest.mark.parametrize("values,refused", [
-    # The formula: 4 * TP + 2 GiB against the vLLM container's limit.
-    ({"tensorParallelSize": 8, "resources.limits.memory": "32Gi"}, True),          # 34Gi >= 32Gi
-    ({"tensorParallelSize": 8, "resources.limits.memory": "34Gi"}, True),          # equal: nothing left for vLLM
-    ({"tensorParallelSize": 8, "resources.limits.memory": "35Gi"}, False),
-    ({"tensorParallelSize": 8, "resources.limits.memory": "37000M"}, False),       # 37e9 bytes > 34 GiB (36.5e9)
-    ({"tensorParallelSize": 8, "resources.limits.memory": "36G"}, True),           # 36e9 bytes < 34 GiB
-    ({"tensorParallelSize": 8, "resources.limits.memory": 34 * 2**30 + 1}, False),  # plain bytes
-    ({"tensorParallelSize": 8, "resources.limits.memory": "34816Mi"}, True),       # exactly 34Gi
-    ({"tensorParallelSize": 8, "resources": {"requests": {"cpu": "1"}}}, False),   # no limit: nothing to compare
-    # An explicit size.
-    ({"shm.sizeLimit": "80Gi"}, True),                                             # default limit 64Gi
-    ({"shm.sizeLimit": "64Gi"}, True),
-    ({"shm.sizeLimit": "63Gi"}, False),
-    ({"shm.sizeLimit": "65537Mi"}, True),
-    ({"shm.sizeLimit": "65535Mi"}, False),
-    ({"shm.sizeLimit": "16Gi", "resources.limits.memory": "16384Mi"}, True),
-])
+@pytest.mark.parametrize(
+    "values,refused",
+    [
+        # The formula: 4 * TP + 2 GiB against the vLLM container's limit.
+        ({"tensorParallelSize": 8, "resources.limits.memory": "32Gi"}, True),  # 34Gi >= 32Gi
+        ({"tensorParallelSize": 8, "resources.limits.memory": "34Gi"}, True),  # equal: nothing left for vLLM
+        ({"tensorParallelSize": 8, "resources.limits.memory": "35Gi"}, False),
+        ({"tensorParallelSize": 8, "resources.limits.memory": "37000M"}, False),  # 37e9 bytes > 34 GiB (36.5e9)
+        ({"tensorParallelSize": 8, "resources.limits.memory": "36G"}, True),  # 36e9 bytes < 34 GiB
+        ({"tensorParallelSize": 8, "resources.limits.memory": 34 * 2**30 + 1}, False),  # plain bytes
+        ({"tensorParallelSize": 8, "resources.limits.memory": "34816Mi"}, True),  # exactly 34Gi
+        ({"tensorParallelSize": 8, "resources": {"requests": {"cpu": "1"}}}, False),  # no limit: nothing to compare
+        # An explicit size.
+        ({"shm.sizeLimit": "80Gi"}, True),  # default limit 64Gi
+        ({"shm.sizeLimit": "64Gi"}, True),
+        ({"shm.sizeLimit": "63Gi"}, False),
+        ({"shm.sizeLimit": "65537Mi"}, True),
+        ({"shm.sizeLimit": "65535Mi"}, False),
+        ({"shm.sizeLimit": "16Gi", "resources.limits.memory": "16384Mi"}, True),
+    ],
+)
 def test_shm_stays_under_the_memory_limit(values: dict[str, Any], refused: bool) -> None:
     if refused:
         assert "is not smaller than the vLLM container's memory limit" in render_error(values)
@@ -536,6 +750,7 @@ print(json.dumps({"version": vllm.__version__, "rows": out}))
 
 def _vllm_python() -> Path:
     from tests.support.vllm_server import VLLM_PYTHON
+
     if not VLLM_PYTHON.exists():
         pytest.fail(f"{VLLM_PYTHON} missing: run `make setup-vllm`")
     return VLLM_PYTHON
@@ -547,8 +762,17 @@ def test_bypass_table_reaches_the_real_parser(tmp_path: Path) -> None:
     values, changes what the real vLLM parser (the CPU venv's release) hands to the engine: no row is a spelling
     vLLM would not take. The chart refuses each row for that very release."""
     python = _vllm_python()
-    version = subprocess.run([str(python), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                             text=True, check=True, timeout=120).stdout.strip().splitlines()[-1]
+    version = (
+        subprocess.run(
+            [str(python), "-c", "import vllm; print(vllm.__version__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     config = tmp_path / "vllm.yaml"
     config.write_text("enforce-eager: true\n")
     rows: dict[str, tuple[list[str], list[str]]] = {}
@@ -564,9 +788,20 @@ def test_bypass_table_reaches_the_real_parser(tmp_path: Path) -> None:
         extra = values.get("extraArgs") or values["vllm.command"][2:]
         rows[name] = (bases[key], [str(config) if a == "/models/vllm.yaml" else a for a in extra])
         assert refusals({**values, "vllm.release": version}), name
-    proc = subprocess.run([str(python), "-c", PARSE], input=json.dumps(rows), capture_output=True, text=True,
-                          timeout=240, env={"PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
-                                            "TRANSFORMERS_OFFLINE": "1", "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [str(python), "-c", PARSE],
+        input=json.dumps(rows),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HOME": str(tmp_path),
+        },
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["version"] == version
@@ -581,8 +816,13 @@ def test_torch_compile_switches_are_refused() -> None:
     """The environment variables with which the venv's torch turns dynamo off or swaps its compile backend
     (torch/_dynamo/config.py): the chart refuses each."""
     python = _vllm_python()
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     text = (Path(site) / "torch" / "_dynamo" / "config.py").read_text()
     names = set(re.findall(r'^disable\s*=\s*os\.environ\.get\("([A-Z_]+)"', text, flags=re.M))
     names |= set(re.findall(r'os\.environ\.get\("(TORCH_COMPILE_OVERRIDE_BACKENDS)"', text))

@@ -9,6 +9,7 @@ through a copy of the chart with a probe template that calls the same helpers (t
 inputs. The Python side derives its `Config` from the values independently (`config_from_values`, with the one
 backend inference, known_issues.infer_attention_backend), so a wrong mapping in the chart fails here.
 """
+
 from __future__ import annotations
 
 import copy
@@ -58,14 +59,17 @@ REFUSAL = "the chart refuses this configuration: it hits known issues"
 ROW = re.compile(r"^  - ([a-z0-9][a-z0-9-]*[a-z0-9]) \[(\w+)\]: ", re.M)
 # Rules of the chart's guard outside the data (templates/_helpers.tpl vllm-rocm.validate): the chart may refuse more
 # than the data says, never less. Each is a message fragment of such a refusal.
-CHART_REFUSES_MORE = ("with speculative decoding on the AITER FlashAttention backend",
-                      # settings the typed values own (e.g. VLLM_USE_BREAKABLE_CUDAGRAPH in extraEnv)
-                      "the chart refuses these values (every compilation and CUDA-graph setting goes through")
+CHART_REFUSES_MORE = (
+    "with speculative decoding on the AITER FlashAttention backend",
+    # settings the typed values own (e.g. VLLM_USE_BREAKABLE_CUDAGRAPH in extraEnv)
+    "the chart refuses these values (every compilation and CUDA-graph setting goes through",
+)
 GFX9 = ("gfx90a", "gfx942", "gfx950")
 BACKENDS = ("ROCM_AITER_FA", "TRITON_ATTN", "ROCM_ATTN", "ROCM_AITER_MLA", "ROCM_AITER_UNIFIED_ATTN")
 
 
 # --- mapping between chart values and the evaluator's Config -------------------------------------------------------
+
 
 def _default(key: str) -> Any:
     node: Any = DEFAULTS
@@ -88,6 +92,7 @@ def series_patches(release: str) -> frozenset[str]:
 def config_from_values(values: dict[str, Any]) -> ki.Config:
     """What the chart deploys, as the evaluator's Config: written from the values' documentation, not from the
     templates. `values` holds --set-json keys; the rest are the chart's defaults."""
+
     def get(key: str) -> Any:
         return values[key] if key in values else _default(key)
 
@@ -99,8 +104,9 @@ def config_from_values(values: dict[str, Any]) -> ki.Config:
         assert "valueFrom" not in e, "config_from_values cannot express a switch the chart does not know"
         if e["name"].startswith("VLLM_"):
             env[e["name"]] = str(e.get("value", ""))
-    backend = ki.infer_attention_backend(release, arch=ki.normalize_arch(arch), env=env,
-                                         explicit=get("attentionBackend") or None)
+    backend = ki.infer_attention_backend(
+        release, arch=ki.normalize_arch(arch), env=env, explicit=get("attentionBackend") or None
+    )
     spec = get("speculativeConfig") or {}
     public = release.split("+", 1)[0]
     fixes = get("vllm.fixesIssues")
@@ -109,11 +115,18 @@ def config_from_values(values: dict[str, Any]) -> ki.Config:
     else:
         patches = series_patches(public) if get("vllm.patched") else frozenset()
     return ki.Config(
-        release=release, rocm=get("rocm.version") or None, arch=arch, attention_backend=backend, env=env,
-        kv_cache_dtype=get("kvCacheDtype") or "auto", quantization=get("quantization") or None,
+        release=release,
+        rocm=get("rocm.version") or None,
+        arch=arch,
+        attention_backend=backend,
+        env=env,
+        kv_cache_dtype=get("kvCacheDtype") or "auto",
+        quantization=get("quantization") or None,
         speculative_method=(str(spec["method"]) if "method" in spec else None) if spec else "none",
-        tensor_parallel_size=int(get("tensorParallelSize")), max_num_seqs=int(get("maxNumSeqs")) or None,
-        mode="NONE" if get("enforceEager") else get("compilation.cudagraphMode"), patches=patches,
+        tensor_parallel_size=int(get("tensorParallelSize")),
+        max_num_seqs=int(get("maxNumSeqs")) or None,
+        mode="NONE" if get("enforceEager") else get("compilation.cudagraphMode"),
+        patches=patches,
         architecture=None,  # no chart value: the sidecar reads it from vLLM's log
     )
 
@@ -124,12 +137,18 @@ def values_for(cfg: ki.Config, **extra: Any) -> dict[str, Any]:
     aiter = DATA.switch("VLLM_ROCM_USE_AITER", env) is True
     mha = DATA.switch("VLLM_ROCM_USE_AITER_MHA", env) is True
     values: dict[str, Any] = {
-        "vllm.release": cfg.release, "vllm.patched": False, "rocm.version": cfg.rocm or "",
-        "rocm.gpuArch": cfg.arch or "", "kvCacheDtype": cfg.kv_cache_dtype or "",
+        "vllm.release": cfg.release,
+        "vllm.patched": False,
+        "rocm.version": cfg.rocm or "",
+        "rocm.gpuArch": cfg.arch or "",
+        "kvCacheDtype": cfg.kv_cache_dtype or "",
         "quantization": cfg.quantization or "",
-        "tensorParallelSize": cfg.tensor_parallel_size, "gpusPerNode": max(8, cfg.tensor_parallel_size or 1),
-        "maxNumSeqs": cfg.max_num_seqs or 0, "compilation.cudagraphMode": cfg.mode,
-        "speculativeConfig": {} if cfg.speculative_method in (None, "none")
+        "tensorParallelSize": cfg.tensor_parallel_size,
+        "gpusPerNode": max(8, cfg.tensor_parallel_size or 1),
+        "maxNumSeqs": cfg.max_num_seqs or 0,
+        "compilation.cudagraphMode": cfg.mode,
+        "speculativeConfig": {}
+        if cfg.speculative_method in (None, "none")
         else {"method": cfg.speculative_method, "num_speculative_tokens": 2},
     }
     assert cfg.release is not None
@@ -137,16 +156,22 @@ def values_for(cfg: ki.Config, **extra: Any) -> dict[str, Any]:
         values["attentionBackend"] = cfg.attention_backend or ""
     else:  # before 0.14 only the automatic choice picks a backend: find the switches that make it pick this one
         for a, m in ((aiter, mha), (True, True), (True, False), (False, mha)):
-            if ki.infer_attention_backend(cfg.release, arch=cfg.arch, env={
-                    **env, "VLLM_ROCM_USE_AITER": str(int(a)), "VLLM_ROCM_USE_AITER_MHA": str(int(m))}) == \
-                    cfg.attention_backend:
+            if (
+                ki.infer_attention_backend(
+                    cfg.release,
+                    arch=cfg.arch,
+                    env={**env, "VLLM_ROCM_USE_AITER": str(int(a)), "VLLM_ROCM_USE_AITER_MHA": str(int(m))},
+                )
+                == cfg.attention_backend
+            ):
                 aiter, mha = a, m
                 break
         else:
             raise ValueError(f"backend {cfg.attention_backend} cannot be chosen on vLLM {cfg.release} by the chart")
     values["aiter.enabled"], values["aiter.mha"] = aiter, mha
-    values["extraEnv"] = [{"name": k, "value": v} for k, v in env.items()
-                          if k not in ("VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MHA")]
+    values["extraEnv"] = [
+        {"name": k, "value": v} for k, v in env.items() if k not in ("VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MHA")
+    ]
     values.update(extra)
     return values
 
@@ -180,10 +205,11 @@ def check_agrees(values: dict[str, Any], allow: tuple[str, ...] = ()) -> set[str
 
 # --- the data the chart reads --------------------------------------------------------------------------------------
 
+
 def test_chart_reads_the_single_source() -> None:
     assert COPY.read_bytes() == SOURCE.read_bytes(), (
-        "charts/vllm-rocm/files/known-issues.json differs from known-issues/known-issues.json: "
-        "make generate")
+        "charts/vllm-rocm/files/known-issues.json differs from known-issues/known-issues.json: make generate"
+    )
 
 
 def test_every_specifier_in_the_data_is_one_the_chart_evaluates() -> None:
@@ -256,24 +282,110 @@ def _nested(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 EDGE_VERSIONS = [
-    "0.10.1", "0.10.1.1", "0.10.2", "0.10.2+rocm700", "0.10.2.post1", "0.10.2-1", "0.10.2.r2", "0.10.2rc1",
-    "0.10.2c1", "0.10.2.pre1", "0.10.2-preview.2", "0.10.2a1", "0.10.2alpha1", "0.10.2.b3", "0.10.2beta", "0.10.2.dev3",
-    "0.10.2_dev", "0.10.2rc1.dev2", "0.10.2.post1.dev1", "0.10.3.dev0", "0.11.0.dev0", "0.11.0.dev5", "0.11.0rc1",
-    "0.11.0rc1+local.7", "0.11", "0.11.0", "0.11.0.0", "0.11.0.post1", "0.15.0.dev0", "0.15.0.dev1", "0.15.0rc0",
-    "0.15.0rc1", "0.15.0", "0.14.1", "0.28.9", "0.29.0", "0.29.0rc2", "0.30.0", "v0.33.0", "V0.33.0", " 0.19.0 ",
-    "1!0.1", "1!0.10.2", "0", "7.2", "7.2.0", "7.2.3", "7.2.4", "7.2.4.dev1", "7.1.1", "6.4.1", "7.0.0", "2025.10.06",
-    "0.10.2.dev383+g1234abc.rocm700", "0.26.1rc1.dev668+g3ee2df303", "0.11.0+g" + "1" * 12, "999999999.0",
+    "0.10.1",
+    "0.10.1.1",
+    "0.10.2",
+    "0.10.2+rocm700",
+    "0.10.2.post1",
+    "0.10.2-1",
+    "0.10.2.r2",
+    "0.10.2rc1",
+    "0.10.2c1",
+    "0.10.2.pre1",
+    "0.10.2-preview.2",
+    "0.10.2a1",
+    "0.10.2alpha1",
+    "0.10.2.b3",
+    "0.10.2beta",
+    "0.10.2.dev3",
+    "0.10.2_dev",
+    "0.10.2rc1.dev2",
+    "0.10.2.post1.dev1",
+    "0.10.3.dev0",
+    "0.11.0.dev0",
+    "0.11.0.dev5",
+    "0.11.0rc1",
+    "0.11.0rc1+local.7",
+    "0.11",
+    "0.11.0",
+    "0.11.0.0",
+    "0.11.0.post1",
+    "0.15.0.dev0",
+    "0.15.0.dev1",
+    "0.15.0rc0",
+    "0.15.0rc1",
+    "0.15.0",
+    "0.14.1",
+    "0.28.9",
+    "0.29.0",
+    "0.29.0rc2",
+    "0.30.0",
+    "v0.33.0",
+    "V0.33.0",
+    " 0.19.0 ",
+    "1!0.1",
+    "1!0.10.2",
+    "0",
+    "7.2",
+    "7.2.0",
+    "7.2.3",
+    "7.2.4",
+    "7.2.4.dev1",
+    "7.1.1",
+    "6.4.1",
+    "7.0.0",
+    "2025.10.06",
+    "0.10.2.dev383+g1234abc.rocm700",
+    "0.26.1rc1.dev668+g3ee2df303",
+    "0.11.0+g" + "1" * 12,
+    "999999999.0",
     # not PEP 440, or beyond the bounds both sides enforce: both must say so
-    "latest", "", "0.10.2-foo", "0..1", "1.0+", "0.10.x", "rocm7.0", "0.10.2+", "1!", "0.1.2.3.4.5.6.7.8.9.10",
-    "0." + "9" * 5000, "0.1234567890", "0.10.2.dev" + "1" * 10, "1" * 101, "0.10.2+" + "a" * 100,
+    "latest",
+    "",
+    "0.10.2-foo",
+    "0..1",
+    "1.0+",
+    "0.10.x",
+    "rocm7.0",
+    "0.10.2+",
+    "1!",
+    "0.1.2.3.4.5.6.7.8.9.10",
+    "0." + "9" * 5000,
+    "0.1234567890",
+    "0.10.2.dev" + "1" * 10,
+    "1" * 101,
+    "0.10.2+" + "a" * 100,
 ]
 EDGE_SPECS = [
-    ">=0.10.2", "<0.11.0", "<0.11.0rc1", "<0.11.0.dev0", ">=0", "<0.15.0rc0", ">=0.15.0.dev0,<0.15.0rc0",
-    ">=7.2.0,<7.2.4", "", ">=0.10.1,<0.10.2", "<7.2.4", ">=7.2", "<7.2.4.dev1", ">=0.10.2.post1", "<0.10.2.post1",
+    ">=0.10.2",
+    "<0.11.0",
+    "<0.11.0rc1",
+    "<0.11.0.dev0",
+    ">=0",
+    "<0.15.0rc0",
+    ">=0.15.0.dev0,<0.15.0rc0",
+    ">=7.2.0,<7.2.4",
+    "",
+    ">=0.10.1,<0.10.2",
+    "<7.2.4",
+    ">=7.2",
+    "<7.2.4.dev1",
+    ">=0.10.2.post1",
+    "<0.10.2.post1",
 ]
 # rc, dev, post and local spellings of a version (what ROCm images carry).
-SPELLINGS = ("{}", "{}rc1", "{}rc3", "{}a1", "{}.dev0", "{}.dev383+g1234abc.rocm700", "{}.post1", "{}.post1.dev2",
-             "{}+rocm700", "{}rc1.dev5+g0a1b")
+SPELLINGS = (
+    "{}",
+    "{}rc1",
+    "{}rc3",
+    "{}a1",
+    "{}.dev0",
+    "{}.dev383+g1234abc.rocm700",
+    "{}.post1",
+    "{}.post1.dev2",
+    "{}+rocm700",
+    "{}rc1.dev5+g0a1b",
+)
 
 
 def spellings(version: str) -> list[str]:
@@ -296,14 +408,22 @@ def test_version_bounds_agree_with_the_python_rules(probe_chart: Path, tmp_path:
     data_specs = {i.affects[k] for i in DATA.issues for k in ("vllm", "rocm") if i.affects.get(k)}
     data_specs |= {s[k] for i in DATA.issues for s in i.scope for k in ("vllm", "rocm") if s.get(k)}
     bounds = [b.version.text for s in data_specs for b in SpecifierSet(s).bounds]
-    versions = list(dict.fromkeys(EDGE_VERSIONS + [v for b in bounds for v in spellings(b)]
-                                  + list(ki._RELEASE_CANDIDATES) + list(ki._ROCM_CANDIDATES)))
+    versions = list(
+        dict.fromkeys(
+            EDGE_VERSIONS
+            + [v for b in bounds for v in spellings(b)]
+            + list(ki._RELEASE_CANDIDATES)
+            + list(ki._ROCM_CANDIDATES)
+        )
+    )
     specs = list(dict.fromkeys(sorted(data_specs) + EDGE_SPECS))
     got = probe(probe_chart, tmp_path, pep440={"versions": versions, "specs": specs})["pep440"]
     pairs = [(v, s) for v in versions for s in specs]
-    wrong = [f"{v!r} in {s!r}: chart {chart}, python {_python_verdict(v, s)}"
-             for (v, s), chart in zip(pairs, [c for row in got for c in row], strict=True)
-             if chart != _python_verdict(v, s)]
+    wrong = [
+        f"{v!r} in {s!r}: chart {chart}, python {_python_verdict(v, s)}"
+        for (v, s), chart in zip(pairs, [c for row in got for c in row], strict=True)
+        if chart != _python_verdict(v, s)
+    ]
     assert not wrong, "\n".join(wrong[:40])
     assert len(pairs) > 5000
     # the spellings reach both sides of every bound (or the comparison above proves little)
@@ -311,66 +431,115 @@ def test_version_bounds_agree_with_the_python_rules(probe_chart: Path, tmp_path:
     assert verdicts == {"true", "false", "invalid"}
 
 
-@pytest.mark.parametrize("spec", ["~=0.10", "==0.10.*", "===0.10.2", ">=0.10.2+rocm700", "0.10.2", "==0.10.2",
-                                  "!=0.10.2", "<=0.11.0", ">0.10.2"])
-def test_a_specifier_the_templates_cannot_evaluate_fails_the_render(probe_chart: Path, tmp_path: Path,
-                                                                    spec: str) -> None:
+@pytest.mark.parametrize(
+    "spec",
+    ["~=0.10", "==0.10.*", "===0.10.2", ">=0.10.2+rocm700", "0.10.2", "==0.10.2", "!=0.10.2", "<=0.11.0", ">0.10.2"],
+)
+def test_a_specifier_the_templates_cannot_evaluate_fails_the_render(
+    probe_chart: Path, tmp_path: Path, spec: str
+) -> None:
     proc = probe(probe_chart, tmp_path, check=False, pep440={"versions": ["0.10.2"], "specs": [spec]})
     assert proc.returncode != 0 and "cannot evaluate the bound" in proc.stderr, proc.stderr
 
 
-BACKEND_RELEASES = ["0.10.1.1", "0.10.2", "0.10.2rc1", "0.11.0", "0.11.0rc2", "0.11.1", "0.11.2", "0.12.0", "0.13.0",
-                    "0.14.0", "0.14.1.dev3", "0.15.0", "0.17.1", "0.18.0", "0.18.1rc1", "0.19.0", "0.20.0", "0.34.0"]
+BACKEND_RELEASES = [
+    "0.10.1.1",
+    "0.10.2",
+    "0.10.2rc1",
+    "0.11.0",
+    "0.11.0rc2",
+    "0.11.1",
+    "0.11.2",
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.14.1.dev3",
+    "0.15.0",
+    "0.17.1",
+    "0.18.0",
+    "0.18.1rc1",
+    "0.19.0",
+    "0.20.0",
+    "0.34.0",
+]
 BACKEND_ENVS = [
-    {}, {"VLLM_ROCM_USE_AITER": "1"}, {"VLLM_ROCM_USE_AITER": "true", "VLLM_ROCM_USE_AITER_MHA": "0"},
+    {},
+    {"VLLM_ROCM_USE_AITER": "1"},
+    {"VLLM_ROCM_USE_AITER": "true", "VLLM_ROCM_USE_AITER_MHA": "0"},
     {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"},
     {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MHA": "false", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"},
-    {"VLLM_V1_USE_PREFILL_DECODE_ATTENTION": "1"}, {"VLLM_ROCM_USE_AITER": "1", "VLLM_USE_AITER_UNIFIED_ATTENTION": "1",
-                                                    "VLLM_ROCM_USE_AITER_MHA": "0"},
-    {"VLLM_ATTENTION_BACKEND": "ROCM_ATTN"}, {"VLLM_ATTENTION_BACKEND": "TRITON_ATTN_VLLM_V1",
-                                              "VLLM_ROCM_USE_AITER": "1"},
-    {"VLLM_USE_V1": "0", "VLLM_ROCM_USE_AITER": "1"}, {"VLLM_ROCM_USE_AITER": "yes"},
+    {"VLLM_V1_USE_PREFILL_DECODE_ATTENTION": "1"},
+    {"VLLM_ROCM_USE_AITER": "1", "VLLM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": "0"},
+    {"VLLM_ATTENTION_BACKEND": "ROCM_ATTN"},
+    {"VLLM_ATTENTION_BACKEND": "TRITON_ATTN_VLLM_V1", "VLLM_ROCM_USE_AITER": "1"},
+    {"VLLM_USE_V1": "0", "VLLM_ROCM_USE_AITER": "1"},
+    {"VLLM_ROCM_USE_AITER": "yes"},
 ]
-BACKEND_EXPLICIT = ["", "ROCM_AITER_FA", "TRITON_ATTN", "ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "FLASHINFER",
-                    "TRITON_ATTN_VLLM_V1", "FLASH_ATTN"]
+BACKEND_EXPLICIT = [
+    "",
+    "ROCM_AITER_FA",
+    "TRITON_ATTN",
+    "ROCM_ATTN",
+    "ROCM_AITER_UNIFIED_ATTN",
+    "FLASHINFER",
+    "TRITON_ATTN_VLLM_V1",
+    "FLASH_ATTN",
+]
 
 
 def test_the_automatic_backend_agrees_with_the_python_inference(probe_chart: Path, tmp_path: Path) -> None:
     """One inference: the chart's vllm-rocm.attentionBackend and known_issues.infer_attention_backend, on a table of
     releases x environments x GPUs x explicit choices."""
     archs = ("", "gfx90a", "gfx942", "gfx1100")  # gfx950 is gfx942 for every rule
-    cases = [{"release": r, "arch": a, "env": e, "explicit": ""} for r in BACKEND_RELEASES for a in archs
-             for e in BACKEND_ENVS]
-    cases += [{"release": r, "arch": a, "env": e, "explicit": x} for r in BACKEND_RELEASES for a in archs
-              for e in BACKEND_ENVS[:2] for x in BACKEND_EXPLICIT[1:]]
+    cases = [
+        {"release": r, "arch": a, "env": e, "explicit": ""}
+        for r in BACKEND_RELEASES
+        for a in archs
+        for e in BACKEND_ENVS
+    ]
+    cases += [
+        {"release": r, "arch": a, "env": e, "explicit": x}
+        for r in BACKEND_RELEASES
+        for a in archs
+        for e in BACKEND_ENVS[:2]
+        for x in BACKEND_EXPLICIT[1:]
+    ]
     got = probe(probe_chart, tmp_path, backends=cases)["backends"]
     wrong = []
     names = set()
     for case, chart in zip(cases, got, strict=True):
-        want = ki.infer_attention_backend(case["release"], arch=case["arch"] or None, env=case["env"],
-                                          explicit=case["explicit"] or None)
+        want = ki.infer_attention_backend(
+            case["release"], arch=case["arch"] or None, env=case["env"], explicit=case["explicit"] or None
+        )
         names.add(want)
         if chart != (want or ""):
             wrong.append(f"{case}: chart {chart!r}, python {want!r}")
     assert not wrong, "\n".join(wrong[:30])
     assert {None, "TRITON_ATTN", "ROCM_AITER_FA", "ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "FLEX_ATTENTION"} - {
-        "FLEX_ATTENTION"} <= names
+        "FLEX_ATTENTION"
+    } <= names
 
 
 def test_the_chart_knows_every_backend_name_the_evaluator_knows(probe_chart: Path, tmp_path: Path) -> None:
     text = (CHART / "templates" / "_known_issues.tpl").read_text()
     block = text.split('define "vllm-rocm.attentionBackendNames"', 1)[1].split("{{- end -}}", 1)[0]
     assert set(block.split("-}}", 1)[1].split()) == set(ki.BACKEND_NAMES)
-    proc = probe(probe_chart, tmp_path, check=False, backends=[{"release": "0.14.0", "arch": "", "env": {},
-                                                                "explicit": "NOPE_ATTN"}])
+    proc = probe(
+        probe_chart,
+        tmp_path,
+        check=False,
+        backends=[{"release": "0.14.0", "arch": "", "env": {}, "explicit": "NOPE_ATTN"}],
+    )
     assert proc.returncode != 0 and "is not an attention backend" in proc.stderr
 
 
 def test_a_malformed_data_copy_fails_the_render(tmp_path: Path) -> None:
     chart = tmp_path / "vllm-rocm"
     shutil.copytree(CHART, chart)
-    for text, message in (("{not json", "not a known-issues file"), (json.dumps({"schema_version": 1, "issues": []}),
-                                                                     "schema_version 2")):
+    for text, message in (
+        ("{not json", "not a known-issues file"),
+        (json.dumps({"schema_version": 1, "issues": []}), "schema_version 2"),
+    ):
         (chart / "files" / "known-issues.json").write_text(text)
         proc = helm("template", "rel", str(chart), *set_args(with_reference({})), check=False)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr
@@ -381,6 +550,7 @@ def test_a_malformed_data_copy_fails_the_render(tmp_path: Path) -> None:
 
 # --- row by row, through helm template -----------------------------------------------------------------------------
 
+
 def _other_value(current: Any, candidates: Any, condition: Any) -> Any:
     return next((c for c in candidates if c != current and not condition(c)), None)
 
@@ -389,8 +559,9 @@ def perturbations(issue: ki.Issue, cfg: ki.Config) -> Iterator[tuple[str, ki.Con
     """The row's trigger with one condition moved off the row (where the chart can express the other value)."""
     a = issue.affects
     rep = dataclasses.replace
-    release = _other_value(cfg.release, [r for r in ki._RELEASE_CANDIDATES if _minor(r) >= (0, 10) and r != "0.9.2"],
-                           issue.vllm.contains)
+    release = _other_value(
+        cfg.release, [r for r in ki._RELEASE_CANDIDATES if _minor(r) >= (0, 10) and r != "0.9.2"], issue.vllm.contains
+    )
     if release:
         backend = cfg.attention_backend
         if _minor(release) < (0, 14) and backend not in ("ROCM_AITER_FA", "TRITON_ATTN"):
@@ -402,30 +573,49 @@ def perturbations(issue: ki.Issue, cfg: ki.Config) -> Iterator[tuple[str, ki.Con
         arch = _other_value(cfg.arch, GFX9, lambda x: x in a["archs"])
         assert cfg.release is not None
         if _minor(cfg.release) >= (0, 14) or ki.infer_attention_backend(  # the automatic choice must not move too
-                cfg.release, arch=arch, env=cfg.env or {}) == ki.infer_attention_backend(cfg.release, arch=cfg.arch,
-                                                                                        env=cfg.env or {}):
+            cfg.release, arch=arch, env=cfg.env or {}
+        ) == ki.infer_attention_backend(cfg.release, arch=cfg.arch, env=cfg.env or {}):
             yield "archs", rep(cfg, arch=arch)
     if a.get("attention_backends"):
         assert cfg.release is not None
-        allowed = BACKENDS if _minor(cfg.release) >= (0, 14) else tuple(
-            b for b in ("ROCM_AITER_FA", "TRITON_ATTN") if b in {  # what the switches can make vLLM pick there
-                ki.infer_attention_backend(cfg.release, arch=cfg.arch, env={**(cfg.env or {}),
-                                           "VLLM_ROCM_USE_AITER": a, "VLLM_ROCM_USE_AITER_MHA": m})
-                for a in ("0", "1") for m in ("0", "1")})
+        allowed = (
+            BACKENDS
+            if _minor(cfg.release) >= (0, 14)
+            else tuple(
+                b
+                for b in ("ROCM_AITER_FA", "TRITON_ATTN")
+                if b
+                in {  # what the switches can make vLLM pick there
+                    ki.infer_attention_backend(
+                        cfg.release,
+                        arch=cfg.arch,
+                        env={**(cfg.env or {}), "VLLM_ROCM_USE_AITER": a, "VLLM_ROCM_USE_AITER_MHA": m},
+                    )
+                    for a in ("0", "1")
+                    for m in ("0", "1")
+                }
+            )
+        )
         other = _other_value(cfg.attention_backend, allowed, lambda x: x in a["attention_backends"])
         if other:
             yield "attention_backends", rep(cfg, attention_backend=other)
     for name, want in (a.get("switches") or {}).items():
         yield f"switches.{name}", rep(cfg, env={**(cfg.env or {}), name: "0" if want else "1"})
-    for key, field, pool in (("kv_cache_dtypes", "kv_cache_dtype", ("auto", "fp8", "bfloat16")),
-                             ("quantizations", "quantization", ("none", "fp8", "quark")),
-                             ("speculative_methods", "speculative_method", ("none", "ngram", "eagle"))):
+    for key, field, pool in (
+        ("kv_cache_dtypes", "kv_cache_dtype", ("auto", "fp8", "bfloat16")),
+        ("quantizations", "quantization", ("none", "fp8", "quark")),
+        ("speculative_methods", "speculative_method", ("none", "ngram", "eagle")),
+    ):
         if a.get(key):
             yield key, rep(cfg, **{field: _other_value(getattr(cfg, field), pool, lambda x, k=key: x in a[k])})
     for key, pool in (("tensor_parallel_size", (1, 2, 4, 8)), ("max_num_seqs", (64, 65, 100, 128, 256))):
         if a.get(key):
-            yield key, rep(cfg, **{key: _other_value(getattr(cfg, key), pool,
-                                                     lambda n, k=key: ki.Range.of(a[k]).contains(n))})
+            yield (
+                key,
+                rep(
+                    cfg, **{key: _other_value(getattr(cfg, key), pool, lambda n, k=key: ki.Range.of(a[k]).contains(n))}
+                ),
+            )
     mode = _other_value(cfg.mode, MODES, lambda m: m in a["modes"])
     if mode:  # None: the row holds in every mode
         yield "modes", rep(cfg, mode=mode)
@@ -491,8 +681,11 @@ def test_chart_and_evaluator_agree_on_the_row(issue: ki.Issue, probe_chart: Path
         assert issue.id not in check_agrees(patched)
         assert DATA.match(issue, config_from_values(patched)).mitigated
         # An image at another patch level that lacks this fix (its label lists other ids) is not mitigated.
-        others = [i for i in DATA.fixed_by(series_patches(release))
-                  if DATA.get(i).patches.get(release) != issue.patches[release]]
+        others = [
+            i
+            for i in DATA.fixed_by(series_patches(release))
+            if DATA.get(i).patches.get(release) != issue.patches[release]
+        ]
         if others:
             assert issue.id in check_agrees({**patched, "vllm.fixesIssues": others})
     # One condition off: no refusal from this row, and the chart agrees on the rest.
@@ -517,29 +710,76 @@ def test_refusal_names_the_mitigation_and_the_way_out() -> None:
 
 # --- random configurations -----------------------------------------------------------------------------------------
 
+
 def random_values(rng: random.Random) -> dict[str, Any]:
-    release = rng.choice(["0.10.1", "0.10.1.1", "0.10.2", "0.10.2+rocm700", "0.10.2rc1", "0.10.2.dev383+g1a.rocm700",
-                          "0.11.0", "0.11.0rc1", "0.11.1rc1", "0.13.0", "0.14.0", "0.15.0.dev1", "0.15.0rc1", "0.15.0",
-                          "0.18.1", "0.19.0", "0.20.0", "0.22.1", "0.26.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
-                          "0.33.0", "0.34.0", "0.34.0.post1"])
+    release = rng.choice(
+        [
+            "0.10.1",
+            "0.10.1.1",
+            "0.10.2",
+            "0.10.2+rocm700",
+            "0.10.2rc1",
+            "0.10.2.dev383+g1a.rocm700",
+            "0.11.0",
+            "0.11.0rc1",
+            "0.11.1rc1",
+            "0.13.0",
+            "0.14.0",
+            "0.15.0.dev1",
+            "0.15.0rc1",
+            "0.15.0",
+            "0.18.1",
+            "0.19.0",
+            "0.20.0",
+            "0.22.1",
+            "0.26.0",
+            "0.28.0",
+            "0.29.0",
+            "0.30.0",
+            "0.31.0",
+            "0.33.0",
+            "0.34.0",
+            "0.34.0.post1",
+        ]
+    )
     patched = rng.random() < 0.5
     values: dict[str, Any] = {
-        "vllm.release": release, "vllm.patched": patched,
+        "vllm.release": release,
+        "vllm.patched": patched,
         "rocm.version": rng.choice(["", "6.4.1", "7.0.0", "7.2.0", "7.2.3", "7.2.4"]),
         "rocm.gpuArch": rng.choice(["", "gfx942", "gfx950", "gfx90a", "gfx1100", "gfx942:sramecc+:xnack-"]),
-        "aiter.enabled": rng.random() < 0.6, "aiter.mha": rng.random() < 0.7,
+        "aiter.enabled": rng.random() < 0.6,
+        "aiter.mha": rng.random() < 0.7,
         "attentionBackend": rng.choice(("",) + BACKENDS) if _minor(release) >= (0, 14) else "",
         "kvCacheDtype": rng.choice(["", "auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]),
         "quantization": rng.choice(["", "none", "quark", "fp8", "mxfp4"]),
-        "speculativeConfig": rng.choice([{}, {}, {"method": "eagle3"}, {"method": "EAGLE"}, {"method": "mtp"},
-                                         {"method": "ngram"}, {"num_speculative_tokens": 2}]),
-        "tensorParallelSize": rng.choice([1, 2, 4, 8]), "maxNumSeqs": rng.choice([0, 32, 64, 65, 100, 128, 256]),
-        "compilation.cudagraphMode": rng.choice(MODES), "enforceEager": rng.random() < 0.15,
-        "extraEnv": rng.choice([[], [], [{"name": "VLLM_ROCM_USE_AITER_MOE", "value": rng.choice(["0", "1", "true",
-                                                                                                   "TRUE", "yes"])}],
-                                [{"name": "VLLM_FP8_MOE_REQUANT", "value": rng.choice(["mxfp4", "MXFP4", "none"])},
-                                 {"name": "VLLM_FP8_MOE_REQUANT_ACT", "value": rng.choice(["a4w4", "a8w4"])}],
-                                [{"name": "VLLM_ROCM_USE_AITER_CUSTOM_AR", "value": rng.choice(["0", "1"])}]]),
+        "speculativeConfig": rng.choice(
+            [
+                {},
+                {},
+                {"method": "eagle3"},
+                {"method": "EAGLE"},
+                {"method": "mtp"},
+                {"method": "ngram"},
+                {"num_speculative_tokens": 2},
+            ]
+        ),
+        "tensorParallelSize": rng.choice([1, 2, 4, 8]),
+        "maxNumSeqs": rng.choice([0, 32, 64, 65, 100, 128, 256]),
+        "compilation.cudagraphMode": rng.choice(MODES),
+        "enforceEager": rng.random() < 0.15,
+        "extraEnv": rng.choice(
+            [
+                [],
+                [],
+                [{"name": "VLLM_ROCM_USE_AITER_MOE", "value": rng.choice(["0", "1", "true", "TRUE", "yes"])}],
+                [
+                    {"name": "VLLM_FP8_MOE_REQUANT", "value": rng.choice(["mxfp4", "MXFP4", "none"])},
+                    {"name": "VLLM_FP8_MOE_REQUANT_ACT", "value": rng.choice(["a4w4", "a8w4"])},
+                ],
+                [{"name": "VLLM_ROCM_USE_AITER_CUSTOM_AR", "value": rng.choice(["0", "1"])}],
+            ]
+        ),
     }
     if patched and rng.random() < 0.3:
         values["vllm.fixesIssues"] = rng.sample([i.id for i in DATA.issues], 2)
@@ -553,7 +793,7 @@ def test_random_configurations_agree_row_by_row(probe_chart: Path, tmp_path: Pat
     flats = [random_values(rng) for _ in range(300)]
     got = []  # in chunks: one render per 50 configurations keeps each helm call far below its timeout
     for start in range(0, len(flats), 50):
-        got += _agree_in_one_render(probe_chart, tmp_path, flats[start:start + 50])
+        got += _agree_in_one_render(probe_chart, tmp_path, flats[start : start + 50])
     statuses: dict[str, int] = {}
     for flat, chart in zip(flats, got, strict=True):
         cfg = config_from_values(flat)
@@ -567,8 +807,14 @@ def test_random_configurations_agree_row_by_row(probe_chart: Path, tmp_path: Pat
 
 # --- what the chart does not know, the switches, the values ---------------------------------------------------------
 
-MXFP4 = {"vllm.release": "0.26.0", "vllm.patched": False, "aiter.enabled": True, "quantization": "quark",
-         "compilation.cudagraphMode": "FULL_AND_PIECEWISE", "attentionBackend": "ROCM_ATTN"}
+MXFP4 = {
+    "vllm.release": "0.26.0",
+    "vllm.patched": False,
+    "aiter.enabled": True,
+    "quantization": "quark",
+    "compilation.cudagraphMode": "FULL_AND_PIECEWISE",
+    "attentionBackend": "ROCM_ATTN",
+}
 
 
 def test_unknown_facts_leave_rows_possible_in_notes_never_refused() -> None:
@@ -614,8 +860,10 @@ def test_triton_full_capture_fault_is_possible_outside_the_reports() -> None:
         assert verdict(default).refused == set(), release
         assert config_from_values(default).attention_backend == "TRITON_ATTN"
         text = notes(default)
-        assert f"possible (the reports cover some models or GPUs only, and the chart does not know the model's " \
-               f"architecture: the sidecar judges the running model; not refused): {row} [crash]" in text, text
+        assert (
+            f"possible (the reports cover some models or GPUs only, and the chart does not know the model's "
+            f"architecture: the sidecar judges the running model; not refused): {row} [crash]" in text
+        ), text
     # explicit TRITON_ATTN on 0.20, and 0.13 (the first release with the buffers): the same
     assert verdict({"vllm.release": "0.20.0", "attentionBackend": "TRITON_ATTN"}).refused == set()
     assert row not in notes({"vllm.release": "0.12.0", "aiter.enabled": False, "rocm.gpuArch": "gfx942"})
@@ -630,13 +878,16 @@ def test_fixes_issues_and_allow_list_must_name_rows() -> None:
     assert "vllm.fixesIssues[1]=typo: no known issue has this id" in err
     err = render_error({"vllm.patched": False, "vllm.fixesIssues": ["aiter-fa-full-cudagraph-always"]})
     assert "vllm.patched=false" in err and "io.vllm-rocm.fixes-issues" in err
-    for bad, where in (({"allowKnownIssues": ["Bad Id"]}, "/allowKnownIssues/0"),
-                       ({"allowKnownIssues": "aiter-fa-full-cudagraph-always"}, "/allowKnownIssues"),
-                       ({"allowKnownIssues": ["aiter-fa-full-cudagraph-always"] * 2}, "/allowKnownIssues"),
-                       ({"vllm.fixesIssues": ["X"]}, "/vllm/fixesIssues/0"),
-                       ({"rocm.version": "seven"}, "/rocm/version"), ({"rocm.gpuArch": "MI300X"}, "/rocm/gpuArch"),
-                       ({"rocm.extra": 1}, "additional properties 'extra' not allowed"),
-                       ({"quantization": "FP8 "}, "/quantization")):
+    for bad, where in (
+        ({"allowKnownIssues": ["Bad Id"]}, "/allowKnownIssues/0"),
+        ({"allowKnownIssues": "aiter-fa-full-cudagraph-always"}, "/allowKnownIssues"),
+        ({"allowKnownIssues": ["aiter-fa-full-cudagraph-always"] * 2}, "/allowKnownIssues"),
+        ({"vllm.fixesIssues": ["X"]}, "/vllm/fixesIssues/0"),
+        ({"rocm.version": "seven"}, "/rocm/version"),
+        ({"rocm.gpuArch": "MI300X"}, "/rocm/gpuArch"),
+        ({"rocm.extra": 1}, "additional properties 'extra' not allowed"),
+        ({"quantization": "FP8 "}, "/quantization"),
+    ):
         assert where in render_error(bad), bad
 
 
@@ -656,6 +907,7 @@ def test_quantization_value_renders_the_flag() -> None:
 def test_sidecar_gets_the_rocm_facts() -> None:
     def env(values: dict[str, Any]) -> dict[str, Any]:
         return {e["name"]: e.get("value") for e in container(pod_spec(render(values)), "health")["env"]}
+
     got = env({"rocm.version": "7.0.0", "rocm.gpuArch": "gfx942"})
     assert got["VLLM_HEALTH_ROCM_VERSION"] == "7.0.0" and got["VLLM_HEALTH_GPU_ARCH"] == "gfx942"
     assert "VLLM_HEALTH_ROCM_VERSION" not in env({}) and "VLLM_HEALTH_GPU_ARCH" not in env({})

@@ -7,6 +7,7 @@ k8s.io/kubernetes third_party/forked/golang/expansion) and, for the bypasses, pa
 parser of the CPU venv: what the chart refuses would have run a mode the chart refuses; what it renders runs the mode
 it judged.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,25 +38,54 @@ from tests.support.kubelet_expansion import (  # noqa: E402
 CTX = {"VAR_A": "A", "VAR_B": "B", "VAR_C": "C", "VAR_REF": "$(VAR_A)", "VAR_EMPTY": ""}
 
 
-@pytest.mark.parametrize("text,want", [
-    ("$(VAR_A)", "A"), ("___$(VAR_B)___", "___B___"), ("$(VAR_A)-$(VAR_A)", "A-A"), ("f000-$$VAR_A", "f000-$VAR_A"),
-    ("foo\\$(VAR_C)bar", "foo\\Cbar"), ("foo\\\\$(VAR_C)bar", "foo\\\\Cbar"), ("$$(VAR_A)", "$(VAR_A)"),
-    ("$$$(VAR_A)", "$A"), ("$$$$(VAR_A)", "$$(VAR_A)"), ("$$$$$(VAR_A)", "$$A"), ("$(VAR_REF)", "$(VAR_A)"),
-    ("$(VAR_EMPTY)", ""), ("$(VAR_DNE)", "$(VAR_DNE)"), ("$(VAR_A", "$(VAR_A"), ("$(", "$("), ("$", "$"),
-    ("$()", "$()"), ("$(VAR_A)$", "A$"), ("$VAR_A", "$VAR_A"), ("$$", "$"), ("$$$", "$$"), ("$(VAR_A)$(VAR_B",
-                                                                                          "A$(VAR_B"),
-    ("--compilation-config=$(VAR_A)", "--compilation-config=A"), ("$(VAR_A)(VAR_B)", "A(VAR_B)"),
-    ("$(VAR A)", "$(VAR A)"), ("$((VAR_A))", "$((VAR_A))"), ("", ""),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("$(VAR_A)", "A"),
+        ("___$(VAR_B)___", "___B___"),
+        ("$(VAR_A)-$(VAR_A)", "A-A"),
+        ("f000-$$VAR_A", "f000-$VAR_A"),
+        ("foo\\$(VAR_C)bar", "foo\\Cbar"),
+        ("foo\\\\$(VAR_C)bar", "foo\\\\Cbar"),
+        ("$$(VAR_A)", "$(VAR_A)"),
+        ("$$$(VAR_A)", "$A"),
+        ("$$$$(VAR_A)", "$$(VAR_A)"),
+        ("$$$$$(VAR_A)", "$$A"),
+        ("$(VAR_REF)", "$(VAR_A)"),
+        ("$(VAR_EMPTY)", ""),
+        ("$(VAR_DNE)", "$(VAR_DNE)"),
+        ("$(VAR_A", "$(VAR_A"),
+        ("$(", "$("),
+        ("$", "$"),
+        ("$()", "$()"),
+        ("$(VAR_A)$", "A$"),
+        ("$VAR_A", "$VAR_A"),
+        ("$$", "$"),
+        ("$$$", "$$"),
+        ("$(VAR_A)$(VAR_B", "A$(VAR_B"),
+        ("--compilation-config=$(VAR_A)", "--compilation-config=A"),
+        ("$(VAR_A)(VAR_B)", "A(VAR_B)"),
+        ("$(VAR A)", "$(VAR A)"),
+        ("$((VAR_A))", "$((VAR_A))"),
+        ("", ""),
+    ],
+)
 def test_expand(text: str, want: str) -> None:
     assert expand(text, mapping_func_for(CTX)) == want
 
 
 def test_env_refers_only_to_earlier_variables_and_value_from_is_never_expanded() -> None:
-    c = {"env": [{"name": "A", "value": "$(B)-x"}, {"name": "B", "value": "b"}, {"name": "C", "value": "$(B)$(A)"},
-                 {"name": "D", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}},
-                 {"name": "E", "value": "$(D)"}],
-         "command": ["run", "$(A)"], "args": ["$(C)", "$(D)", "$(E)", "$(S)", "$$(A)"]}
+    c = {
+        "env": [
+            {"name": "A", "value": "$(B)-x"},
+            {"name": "B", "value": "b"},
+            {"name": "C", "value": "$(B)$(A)"},
+            {"name": "D", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}},
+            {"name": "E", "value": "$(D)"},
+        ],
+        "command": ["run", "$(A)"],
+        "args": ["$(C)", "$(D)", "$(E)", "$(S)", "$$(A)"],
+    }
     argv, env = expand_container(c, value_from={"D": "$(B)"}, service_env={"S": "svc", "B": "service-b"})
     assert env["A"] == "service-b-x"  # B was not defined yet in the container: the service variable
     assert env["C"] == "bservice-b-x" and env["D"] == "$(B)" and env["E"] == "$(B)"
@@ -69,29 +99,36 @@ def test_env_refers_only_to_earlier_variables_and_value_from_is_never_expanded()
 REF = "$(GRAPH)"
 
 
-@pytest.mark.parametrize("values,where", [
-    ({"extraArgs": [REF]}, "extraArgs[0]"),
-    ({"extraArgs": ["--served-model-name", "x", f"--max-model-len={REF}"]}, "extraArgs[2]"),
-    ({"extraArgs": ["$$$(GRAPH)"]}, "extraArgs[0]"),
-    ({"vllm.command": ["vllm", "serve", REF]}, "vllm.command[2]"),
-    ({"model.name": f"org/{REF}"}, "model.name"),
-    ({"model.servedName": REF}, "the sidecar argument"),
-    ({"model.revision": REF}, "vLLM's --revision"),
-    ({"compilation.compilationConfig": {"debug_dump_path": f"/tmp/{REF}"}}, "vLLM's --compilation-config"),
-    ({"speculativeConfig": {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": REF}},
-     "vLLM's --speculative-config"),
-    ({"extraEnv": [{"name": "VLLM_LOGGING_LEVEL", "value": REF}]}, "env VLLM_LOGGING_LEVEL"),
-    ({"sidecar.extraArgs": ["--log-level", REF]}, "the sidecar argument"),
-    ({"sidecar.extraEnv": [{"name": "VLLM_HEALTH_LOG_LEVEL", "value": REF}]}, "sidecar.extraEnv[0]"),
-])
+@pytest.mark.parametrize(
+    "values,where",
+    [
+        ({"extraArgs": [REF]}, "extraArgs[0]"),
+        ({"extraArgs": ["--served-model-name", "x", f"--max-model-len={REF}"]}, "extraArgs[2]"),
+        ({"extraArgs": ["$$$(GRAPH)"]}, "extraArgs[0]"),
+        ({"vllm.command": ["vllm", "serve", REF]}, "vllm.command[2]"),
+        ({"model.name": f"org/{REF}"}, "model.name"),
+        ({"model.servedName": REF}, "the sidecar argument"),
+        ({"model.revision": REF}, "vLLM's --revision"),
+        ({"compilation.compilationConfig": {"debug_dump_path": f"/tmp/{REF}"}}, "vLLM's --compilation-config"),
+        (
+            {"speculativeConfig": {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": REF}},
+            "vLLM's --speculative-config",
+        ),
+        ({"extraEnv": [{"name": "VLLM_LOGGING_LEVEL", "value": REF}]}, "env VLLM_LOGGING_LEVEL"),
+        ({"sidecar.extraArgs": ["--log-level", REF]}, "the sidecar argument"),
+        ({"sidecar.extraEnv": [{"name": "VLLM_HEALTH_LOG_LEVEL", "value": REF}]}, "sidecar.extraEnv[0]"),
+    ],
+)
 def test_a_kubelet_reference_is_refused(values: dict[str, Any], where: str) -> None:
     lines = [line for line in refusals(values) if "the kubelet expands $(VAR)" in line]
     assert lines and any(where in line for line in lines), lines
 
 
 def test_escaped_references_render_and_reach_vllm_as_literals() -> None:
-    values = {"extraArgs": ["--chat-template", "$$(literal)"],
-              "extraEnv": [{"name": "VLLM_LOGGING_PREFIX", "value": "$$(x) $HOME $"}]}
+    values = {
+        "extraArgs": ["--chat-template", "$$(literal)"],
+        "extraEnv": [{"name": "VLLM_LOGGING_PREFIX", "value": "$$(x) $HOME $"}],
+    }
     vllm = container(pod_spec(render(values)), "vllm")
     argv, env = expand_container(vllm, service_env={"literal": "INJECTED", "x": "INJECTED"})
     assert argv[-2:] == ["--chat-template", "$(literal)"]
@@ -104,8 +141,11 @@ def test_the_chart_refuses_exactly_the_strings_the_kubelet_could_rewrite() -> No
     whose expansion depends on the environment is refused."""
     rng = random.Random(18)
     items = sorted({"".join(rng.choice("$$$((a)_") for _ in range(rng.randint(1, 7))) for _ in range(400)})
-    refused = {int(line.split("]", 1)[0].split("[", 1)[1]) for line in refusals({"extraArgs": items})
-               if line.startswith("extraArgs[")}
+    refused = {
+        int(line.split("]", 1)[0].split("[", 1)[1])
+        for line in refusals({"extraArgs": items})
+        if line.startswith("extraArgs[")
+    }
 
     def everything(name: str) -> str:
         return "INJECTED"
@@ -186,21 +226,42 @@ print("RESULT " + json.dumps(out))
 
 def _vllm() -> tuple[Path, str]:
     from tests.support.vllm_server import VLLM_PYTHON
+
     if not VLLM_PYTHON.exists():
         pytest.fail(f"{VLLM_PYTHON} missing: run `make setup-vllm`")
-    version = subprocess.run([str(VLLM_PYTHON), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                             text=True, check=True, timeout=600).stdout.strip().splitlines()[-1]
+    version = (
+        subprocess.run(
+            [str(VLLM_PYTHON), "-c", "import vllm; print(vllm.__version__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return VLLM_PYTHON, version.split("+", 1)[0]
 
 
 def parse_with_vllm(python: Path, argvs: dict[str, list[str]], tmp: Path) -> dict[str, Any]:
     """`vllm serve` argument vectors (without the program) through the real release's parser and EngineArgs."""
-    proc = subprocess.run([str(python), "-c", PARSE], input=json.dumps(argvs), capture_output=True, text=True,
-                          timeout=600, env={"PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
-                                            "TRANSFORMERS_OFFLINE": "1", "HOME": str(tmp)})
+    proc = subprocess.run(
+        [str(python), "-c", PARSE],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HOME": str(tmp),
+        },
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def serve_argv(argv: list[str]) -> list[str]:
@@ -213,15 +274,24 @@ def serve_argv(argv: list[str]) -> list[str]:
 # vLLM 0.22-0.28 on MI350/MI355 with AITER on and max_num_seqs above 64 aborts capturing full graphs). The venv's
 # release (0.32) parses the arguments the chart renders for 0.22: the flags involved are the same in both.
 REFUSED_ID = "mrv2-capture-stream-aiter-splitk"
-BASE = {"attentionBackend": "TRITON_ATTN", "compilation.cudagraphMode": "PIECEWISE", "vllm.release": "0.22.1",
-        "rocm.gpuArch": "gfx950", "maxNumSeqs": 65}
+BASE = {
+    "attentionBackend": "TRITON_ATTN",
+    "compilation.cudagraphMode": "PIECEWISE",
+    "vllm.release": "0.22.1",
+    "rocm.gpuArch": "gfx950",
+    "maxNumSeqs": 65,
+}
 FROM_CONFIGMAP = {"name": "GRAPH", "valueFrom": {"configMapKeyRef": {"name": "tuning", "key": "graph"}}}
 BYPASSES: dict[str, tuple[dict[str, Any], str]] = {
     # (values with `$$(` where the bypass has `$(`, what the ConfigMap holds)
-    "extraArgs": ({"extraArgs": ["$$(GRAPH)"], "extraEnv": [FROM_CONFIGMAP]},
-                  '--compilation-config={"cudagraph_mode": "FULL"}'),
-    "json-inside-compilation-config": ({"compilation.compilationConfig": {"debug_dump_path": "/tmp/$$(GRAPH)"},
-                                        "extraEnv": [FROM_CONFIGMAP]}, 'x", "cudagraph_mode": "FULL'),
+    "extraArgs": (
+        {"extraArgs": ["$$(GRAPH)"], "extraEnv": [FROM_CONFIGMAP]},
+        '--compilation-config={"cudagraph_mode": "FULL"}',
+    ),
+    "json-inside-compilation-config": (
+        {"compilation.compilationConfig": {"debug_dump_path": "/tmp/$$(GRAPH)"}, "extraEnv": [FROM_CONFIGMAP]},
+        'x", "cudagraph_mode": "FULL',
+    ),
     "model": ({"model.name": "$$(GRAPH)", "extraEnv": [FROM_CONFIGMAP]}, "someone/else"),
 }
 
@@ -250,8 +320,12 @@ def test_a_refused_reference_would_have_run_a_refused_mode(tmp_path: Path) -> No
         argvs[f"{name}:rendered"] = ["serve", *(argv[2:] if argv[:2] == ["vllm", "serve"] else argv[1:])]
     argvs["judged"] = serve_argv(expand_container(container(pod_spec(render(base)), "vllm"))[0])
     got = parse_with_vllm(python, argvs, tmp_path)
-    assert got["judged"] == {"mode": judged["configMode"], "eager": False, "model": "meta-llama/Llama-3.1-8B-Instruct",
-                             "attention_backend": got["judged"]["attention_backend"]}
+    assert got["judged"] == {
+        "mode": judged["configMode"],
+        "eager": False,
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "attention_backend": got["judged"]["attention_backend"],
+    }
     assert "TRITON_ATTN" in got["judged"]["attention_backend"]
     for name in BYPASSES:
         bypass = got[f"{name}:bypass"]

@@ -17,6 +17,7 @@ none; the format-2 cases that carry long-prompt answers name their own).
   and whether the
   score matches the answers needs the seeded problem generator. The sidecar refuses these at start.
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,8 +44,12 @@ from helm_chart import (  # noqa: E402
 
 SERVED, RELEASE, SEED, PROBLEMS, LONG = "smollm2-135m-instruct", "0.26.0", 20251202, 8, 0
 # The H200 report's baseline is format 1: no long-prompt answers, so a canary of its own sends none.
-MATCH = {"vllm.release": RELEASE, "model.name": "HuggingFaceTB/SmolLM2-135M-Instruct", "model.servedName": SERVED,
-         "sidecar.canaryLongPrompts": 0}
+MATCH = {
+    "vllm.release": RELEASE,
+    "model.name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "model.servedName": SERVED,
+    "sidecar.canaryLongPrompts": 0,
+}
 
 PROBE = """\
 {{- $out := dict "reports" (list) "baselines" (list) -}}
@@ -74,6 +79,7 @@ def _set(path: tuple[Any, ...], value: Any) -> Mutation:
             del node[path[-1]]
         else:
             node[path[-1]] = copy.deepcopy(value)
+
     return change
 
 
@@ -83,10 +89,13 @@ def _report() -> dict[str, Any]:
 
 # --- the inputs -----------------------------------------------------------------------------------------------------
 
+
 def report_cases() -> list[tuple[str, str, str]]:
     """(name, report text, mode asked for) for every generated report."""
-    out: list[tuple[str, str, str]] = [("as recorded", REPORT.read_text(), ""),
-                                       ("as recorded, PIECEWISE", REPORT.read_text(), "PIECEWISE")]
+    out: list[tuple[str, str, str]] = [
+        ("as recorded", REPORT.read_text(), ""),
+        ("as recorded, PIECEWISE", REPORT.read_text(), "PIECEWISE"),
+    ]
 
     def add(name: str, change: Mutation, mode: str = "") -> None:
         raw = _report()
@@ -113,11 +122,16 @@ def report_cases() -> list[tuple[str, str, str]]:
     add("the recommended mode twice", lambda r: r["rows"].insert(0, dict(r["rows"][2])))
     for rec in ("FULL", "FULLY", "NONE", ["FULL_DECODE_ONLY"], {"FULL_DECODE_ONLY": 1}):
         add(f"recommended={json.dumps(rec)}", _set(("recommended",), rec))
-    add("nothing passed, nothing recommended",
-        lambda r: (r.update(recommended=None), [x.update(verdict="fail") for x in r["rows"]]))
+    add(
+        "nothing passed, nothing recommended",
+        lambda r: (r.update(recommended=None), [x.update(verdict="fail") for x in r["rows"]]),
+    )
     add("the FULL row asked for", lambda r: None, "FULL")
-    add("a mode the report did not cover",
-        lambda r: r.update(rows=[x for x in r["rows"] if x["mode"] != "PIECEWISE"]), "PIECEWISE")
+    add(
+        "a mode the report did not cover",
+        lambda r: r.update(rows=[x for x in r["rows"] if x["mode"] != "PIECEWISE"]),
+        "PIECEWISE",
+    )
     add("NONE errored", lambda r: r["rows"][0].update(verdict="error", verdict_reason="did not start"), "NONE")
     add("served_model_name other", _set(("served_model_name",), "llama"))
     add("vllm_version other", _set(("vllm_version",), "0.14.0"))
@@ -131,8 +145,19 @@ def report_cases() -> list[tuple[str, str, str]]:
 
 def baseline_mutations() -> list[tuple[str, Mutation]]:
     out: list[tuple[str, Mutation]] = [("as recorded", lambda b: None)]
-    fields = ("model", "seed", "num_problems", "max_tokens", "answers", "score", "fingerprints", "created",
-              "server_version", "notes", "format")
+    fields = (
+        "model",
+        "seed",
+        "num_problems",
+        "max_tokens",
+        "answers",
+        "score",
+        "fingerprints",
+        "created",
+        "server_version",
+        "notes",
+        "format",
+    )
     for key in fields:
         out.append((f"{key} deleted", _set((key,), DELETE)))
         for v in WRONG:
@@ -181,6 +206,7 @@ def baseline_mutations() -> list[tuple[str, Mutation]]:
 def _long(count: Any, answers: Any) -> Mutation:
     def change(b: dict[str, Any]) -> None:
         b.update(format=2, long_prompts=count, long_answers=answers)
+
     return change
 
 
@@ -208,14 +234,23 @@ def baseline_cases() -> list[tuple[str, str]]:
 
 # Both readers require a vllm_version string; only the chart knows which release it must name.
 CHART_ONLY = {"vllm_version other", "vllm_version dev build", 'vllm_version="x"'}
-CHART_BLIND = {"format=1.0", "seed=20251202.0", "num_problems=8.0", "max_tokens=8.0", "an answer 7.0", "an answer null",
-               "score 0.5 (does not match the answers)", "score=0"}
+CHART_BLIND = {
+    "format=1.0",
+    "seed=20251202.0",
+    "num_problems=8.0",
+    "max_tokens=8.0",
+    "an answer 7.0",
+    "an answer null",
+    "score 0.5 (does not match the answers)",
+    "score=0",
+}
 
 
 # --- the two readers --------------------------------------------------------------------------------------------------
 
+
 def python_report(text: str, mode: str, tmp: Path) -> str:
-    """"accepted", "refused" or "crash: <exception>", as `qualification apply` and the sidecar would end."""
+    """ "accepted", "refused" or "crash: <exception>", as `qualification apply` and the sidecar would end."""
     try:
         report = validate(json.loads(text), "report")
         report.check_served_model(SERVED)
@@ -248,13 +283,22 @@ def chart_verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[s
     chart = probe_chart(tmp, PROBE)
     common = {"served": SERVED, "release": RELEASE, "seed": SEED, "numProblems": PROBLEMS, "longPrompts": LONG}
     reports, baselines = report_cases(), baseline_cases()
-    result = render_probe(chart, tmp, {
-        "reports": [{"text": t, "mode": m, **common} for _, t, m in reports],
-        "baselines": [{"text": t, "model": SERVED, "seed": SEED, "numProblems": PROBLEMS,
-                       "longPrompts": long_prompts_of(n)} for n, t in baselines]})
+    result = render_probe(
+        chart,
+        tmp,
+        {
+            "reports": [{"text": t, "mode": m, **common} for _, t, m in reports],
+            "baselines": [
+                {"text": t, "model": SERVED, "seed": SEED, "numProblems": PROBLEMS, "longPrompts": long_prompts_of(n)}
+                for n, t in baselines
+            ],
+        },
+    )
     assert len(result["reports"]) == len(reports) and len(result["baselines"]) == len(baselines)
-    return {"reports": {f"{n}|{m}": p for (n, _, m), p in zip(reports, result["reports"], strict=True)},
-            "baselines": {n: p for (n, _), p in zip(baselines, result["baselines"], strict=True)}}
+    return {
+        "reports": {f"{n}|{m}": p for (n, _, m), p in zip(reports, result["reports"], strict=True)},
+        "baselines": {n: p for (n, _), p in zip(baselines, result["baselines"], strict=True)},
+    }
 
 
 def _agrees(key: str, chart_problem: str, python: str) -> bool:
@@ -267,8 +311,7 @@ def _agrees(key: str, chart_problem: str, python: str) -> bool:
     return chart_refuses == (python != "accepted") and not python.startswith("crash")
 
 
-def test_report_checks_agree_with_the_python_reader(chart_verdicts: dict[str, dict[str, str]],
-                                                    tmp_path: Path) -> None:
+def test_report_checks_agree_with_the_python_reader(chart_verdicts: dict[str, dict[str, str]], tmp_path: Path) -> None:
     cases = report_cases()
     assert len({(n, m) for n, _, m in cases}) == len(cases), "two generated reports share a name"
     wrong, refused = [], 0
@@ -287,8 +330,9 @@ def test_report_checks_agree_with_the_python_reader(chart_verdicts: dict[str, di
         assert name in names, f"documented difference {name!r} is no generated case"
 
 
-def test_baseline_checks_agree_with_the_sidecars_reader(chart_verdicts: dict[str, dict[str, str]],
-                                                        tmp_path: Path) -> None:
+def test_baseline_checks_agree_with_the_sidecars_reader(
+    chart_verdicts: dict[str, dict[str, str]], tmp_path: Path
+) -> None:
     cases = baseline_cases()
     assert len({n for n, _ in cases}) == len(cases), "two generated baselines share a name"
     wrong = []
@@ -305,16 +349,32 @@ def test_baseline_checks_agree_with_the_sidecars_reader(chart_verdicts: dict[str
 def test_the_render_itself_applies_the_same_checks(tmp_path: Path) -> None:
     """The probe calls the templates the render calls: a sample through the real chart, with --set-file, refuses
     and accepts the same (the message names the same problem)."""
-    sample = {"as recorded", "rows=[]", "FULL twice, the second passing", "vllm_version deleted",
-              "baseline seed other", "baseline fingerprints deleted", 'recommended=["FULL_DECODE_ONLY"]'}
+    sample = {
+        "as recorded",
+        "rows=[]",
+        "FULL twice, the second passing",
+        "vllm_version deleted",
+        "baseline seed other",
+        "baseline fingerprints deleted",
+        'recommended=["FULL_DECODE_ONLY"]',
+    }
     cases = {n: (t, m) for n, t, m in report_cases() if n in sample}
     assert set(cases) == sample
     for name, (text, mode) in cases.items():
         path = tmp_path / "report.json"
         path.write_text(text)
         values = {**MATCH, **({"compilation.cudagraphMode": mode} if mode else {})}
-        proc = helm("template", "rel", str(CHART), "-n", "llm", *set_args(values), "--set-file",
-                    f"qualification={path}", check=False)
+        proc = helm(
+            "template",
+            "rel",
+            str(CHART),
+            "-n",
+            "llm",
+            *set_args(values),
+            "--set-file",
+            f"qualification={path}",
+            check=False,
+        )
         if name == "as recorded":
             assert proc.returncode == 0, proc.stderr
         else:
@@ -324,8 +384,17 @@ def test_the_render_itself_applies_the_same_checks(tmp_path: Path) -> None:
             continue
         path = tmp_path / "baseline.json"
         path.write_text(text)
-        proc = helm("template", "rel", str(CHART), "-n", "llm", *set_args(MATCH), "--set-file",
-                    f"canary.baseline={path}", check=False)
+        proc = helm(
+            "template",
+            "rel",
+            str(CHART),
+            "-n",
+            "llm",
+            *set_args(MATCH),
+            "--set-file",
+            f"canary.baseline={path}",
+            check=False,
+        )
         assert (proc.returncode == 0) == (name == "as recorded"), (name, proc.stderr[-500:])
         if name != "as recorded":
             assert "canary.baseline: " in proc.stderr, proc.stderr

@@ -6,6 +6,7 @@
   from the parser, so a flag the sidecar gains is refused here until it is reviewed.
 - The rendered arguments are ones the sidecar's parser takes, with the values the chart judged.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,12 +35,31 @@ from helm_chart import (  # noqa: E402
 )
 
 HARMLESS = yaml.safe_load(
-    (Path(__file__).resolve().parents[2] / "charts/vllm-rocm/templates/_sidecar.tpl").read_text()
-    .split('{{- define "vllm-rocm.sidecarHarmless" -}}', 1)[1].split("{{- end -}}", 1)[0])
+    (Path(__file__).resolve().parents[2] / "charts/vllm-rocm/templates/_sidecar.tpl")
+    .read_text()
+    .split('{{- define "vllm-rocm.sidecarHarmless" -}}', 1)[1]
+    .split("{{- end -}}", 1)[0]
+)
 # Variables the sidecar (or a library it uses) reads besides VLLM_HEALTH_*: whom it asks and what it runs.
-PROCESS_ENV = ["POD_NAME", "POD_NAMESPACE", "POD_UID", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
-               "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "SSL_CERT_FILE",
-               "PYTHONPATH", "LD_PRELOAD", "VLLM_HEALTH_ROCM_VERSION", "VLLM_HEALTH_GPU_ARCH", "PATH"]
+PROCESS_ENV = [
+    "POD_NAME",
+    "POD_NAMESPACE",
+    "POD_UID",
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "SSL_CERT_FILE",
+    "PYTHONPATH",
+    "LD_PRELOAD",
+    "VLLM_HEALTH_ROCM_VERSION",
+    "VLLM_HEALTH_GPU_ARCH",
+    "PATH",
+]
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -73,6 +93,7 @@ def test_the_sidecar_has_the_flags_the_chart_renders() -> None:
 
 # --- sidecar.extraArgs / sidecar.extraEnv -----------------------------------------------------------------------------
 
+
 def test_the_harmless_list_names_real_flags_and_nothing_the_chart_sets() -> None:
     flags = {o for a in serve_actions() for o in a.option_strings}
     assert set(HARMLESS["flags"]) <= flags, "a harmless flag the sidecar no longer has"
@@ -97,13 +118,18 @@ def test_every_other_sidecar_flag_is_refused_in_every_spelling() -> None:
     # A flag the sidecar does not have yet, abbreviations (whatever allow_abbrev says), a lone dash-word.
     assert len(refusals({"sidecar.extraArgs": ["--canary-anything-new", "--canary-base", "--no-canary", "-x"]})) == 4
     docs = render({"sidecar.extraArgs": ["--log-level", "DEBUG", "--log-format=json", "--no-events"]})
-    assert container(pod_spec(docs), "health")["args"][-4:] == ["--log-level", "DEBUG", "--log-format=json",
-                                                                "--no-events"]
+    assert container(pod_spec(docs), "health")["args"][-4:] == [
+        "--log-level",
+        "DEBUG",
+        "--log-format=json",
+        "--no-events",
+    ]
 
 
 def test_a_refusal_names_the_typed_value() -> None:
-    lines = refusals({"sidecar.extraArgs": ["--canary-score-tolerance", "1", "--baseline=/tmp/b.json",
-                                            "--no-canary-enabled"]})
+    lines = refusals(
+        {"sidecar.extraArgs": ["--canary-score-tolerance", "1", "--baseline=/tmp/b.json", "--no-canary-enabled"]}
+    )
     assert "(set sidecar.canaryScoreTolerance instead)" in lines[0]
     assert "(set canary.baseline or canary.existingConfigMap instead)" in lines[1]
     assert "(set canary.enabled instead)" in lines[2]
@@ -139,6 +165,7 @@ def test_the_env_twins_are_what_the_sidecar_reads(clean_env: pytest.MonkeyPatch)
 
 # --- the rendered arguments, parsed by the sidecar --------------------------------------------------------------------
 
+
 def parse_rendered(docs: list[dict[str, Any]], tmp_path: Path) -> argparse.Namespace:
     """The rendered sidecar arguments through the sidecar's parser and config check, with the mounted files
     (baseline, report) written where they would be and nothing in the environment."""
@@ -155,10 +182,14 @@ def parse_rendered(docs: list[dict[str, Any]], tmp_path: Path) -> argparse.Names
     return ns
 
 
-def test_the_sidecar_takes_the_rendered_arguments_with_a_baseline(tmp_path: Path,
-                                                                  clean_env: pytest.MonkeyPatch) -> None:
-    values = {"allowKnownIssues": ["aiter-fa-full-cudagraph-always", "aiter-mxfp4-moe-graph-unsafe"],
-              "compilation.cudagraphMode": "PIECEWISE", "canary.baseline": baseline_for(DEFAULT_MODEL)}
+def test_the_sidecar_takes_the_rendered_arguments_with_a_baseline(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    values = {
+        "allowKnownIssues": ["aiter-fa-full-cudagraph-always", "aiter-mxfp4-moe-graph-unsafe"],
+        "compilation.cudagraphMode": "PIECEWISE",
+        "canary.baseline": baseline_for(DEFAULT_MODEL),
+    }
     ns = parse_rendered(render(values), tmp_path)
     assert ns.expected_mode == "PIECEWISE"
     assert ns.allow_known_issues == "aiter-fa-full-cudagraph-always,aiter-mxfp4-moe-graph-unsafe"
@@ -167,34 +198,47 @@ def test_the_sidecar_takes_the_rendered_arguments_with_a_baseline(tmp_path: Path
     assert (ns.log_source, ns.k8s_container, ns.vllm_url) == ("k8s", "vllm", "http://127.0.0.1:8000")
 
 
-def test_the_sidecar_takes_the_rendered_arguments_with_a_report(tmp_path: Path,
-                                                                clean_env: pytest.MonkeyPatch) -> None:
-    values = {"vllm.release": "0.26.0", "model.name": "HuggingFaceTB/SmolLM2-135M-Instruct",
-              "model.servedName": "smollm2-135m-instruct", "qualification": REPORT.read_text(),
-              "sidecar.canaryLongPrompts": 0}  # the H200 report's baseline (format 1) holds no long-prompt answers
+def test_the_sidecar_takes_the_rendered_arguments_with_a_report(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
+    values = {
+        "vllm.release": "0.26.0",
+        "model.name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "model.servedName": "smollm2-135m-instruct",
+        "qualification": REPORT.read_text(),
+        "sidecar.canaryLongPrompts": 0,
+    }  # the H200 report's baseline (format 1) holds no long-prompt answers
     ns = parse_rendered(render(values), tmp_path)
     assert ns.qualification == str(tmp_path / "qualification.json") and ns.canary_baseline is None
     assert ns.expected_mode == "FULL_DECODE_ONLY" and ns.model == "smollm2-135m-instruct"
     assert ns.canary_long_prompts == 0
 
 
-def test_the_sidecar_takes_the_rendered_arguments_with_the_canary_off(tmp_path: Path,
-                                                                      clean_env: pytest.MonkeyPatch) -> None:
+def test_the_sidecar_takes_the_rendered_arguments_with_the_canary_off(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
     ns = parse_rendered(render({"canary.enabled": False}), tmp_path)
     assert ns.canary_enabled is False and ns.canary_baseline is None
 
 
 def test_allow_known_issues_is_one_value_for_guard_and_sidecar() -> None:
-    values = {"vllm.release": "0.10.2", "vllm.patched": False, "compilation.cudagraphMode": "FULL",
-              "allowKnownIssues": ["aiter-fa-full-cudagraph-always"]}
+    values = {
+        "vllm.release": "0.10.2",
+        "vllm.patched": False,
+        "compilation.cudagraphMode": "FULL",
+        "allowKnownIssues": ["aiter-fa-full-cudagraph-always"],
+    }
     args = container(pod_spec(render(values)), "health")["args"]
     assert arg_value(args, "--allow-known-issues") == "aiter-fa-full-cudagraph-always"
     assert "--allow-known-issues" not in container(pod_spec(render()), "health")["args"]
 
 
 def test_the_expected_mode_is_the_config_stage_mode() -> None:
-    docs = render({"vllm.release": "0.20.0", "compilation.cudagraphMode": "PIECEWISE",
-                   "compilation.compilationConfig": {"splitting_ops": []}})
+    docs = render(
+        {
+            "vllm.release": "0.20.0",
+            "compilation.cudagraphMode": "PIECEWISE",
+            "compilation.compilationConfig": {"splitting_ops": []},
+        }
+    )
     meta = kinds(docs)["Deployment"][0]["spec"]["template"]["metadata"]
     eff = json.loads(meta["annotations"]["vllm-rocm/effective-settings"])
     assert (eff["requestedMode"], eff["configMode"]) == ("PIECEWISE", "NONE")

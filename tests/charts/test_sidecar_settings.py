@@ -1,6 +1,7 @@
 """The chart's sidecar settings carry the sidecar's own ranges: values.schema.json refuses what the sidecar would
 refuse at start, each value reaches its flag, and 0 (the sidecar's default) renders no flag. The ranges are read
 from the sidecar's configuration dataclasses, so a change on either side fails here."""
+
 from __future__ import annotations
 
 import json
@@ -17,15 +18,23 @@ from helm_chart import CHART, arg_value, container, pod_spec, render, render_err
 
 # chart value (sidecar.<name>) -> sidecar setting. ZERO_IS_DEFAULT: 0 renders no flag (the sidecar's default); the
 # others are always rendered, and their chart default is the sidecar's default.
-SETTINGS = {"canaryInterval": "canary_interval", "canaryTimeout": "canary_timeout",
-            "canaryMaxAgeIntervals": "canary_max_age_intervals", "canaryMaxTokens": "canary_max_tokens",
-            "healthInterval": "health_interval", "healthTimeout": "health_timeout",
-            "canaryNumProblems": "canary_num_problems", "canarySeed": "canary_seed",
-            "canaryMaxRequests": "canary_max_requests", "canaryConcurrency": "canary_concurrency",
-            "canaryLongPrompts": "canary_long_prompts", "canaryScoreTolerance": "canary_score_tolerance",
-            "canaryFingerprintTolerance": "canary_fingerprint_tolerance",
-            "canaryIdleProbeAfter": "canary_idle_probe_after",
-            "canaryMaxBackoffIntervals": "canary_max_backoff_intervals"}
+SETTINGS = {
+    "canaryInterval": "canary_interval",
+    "canaryTimeout": "canary_timeout",
+    "canaryMaxAgeIntervals": "canary_max_age_intervals",
+    "canaryMaxTokens": "canary_max_tokens",
+    "healthInterval": "health_interval",
+    "healthTimeout": "health_timeout",
+    "canaryNumProblems": "canary_num_problems",
+    "canarySeed": "canary_seed",
+    "canaryMaxRequests": "canary_max_requests",
+    "canaryConcurrency": "canary_concurrency",
+    "canaryLongPrompts": "canary_long_prompts",
+    "canaryScoreTolerance": "canary_score_tolerance",
+    "canaryFingerprintTolerance": "canary_fingerprint_tolerance",
+    "canaryIdleProbeAfter": "canary_idle_probe_after",
+    "canaryMaxBackoffIntervals": "canary_max_backoff_intervals",
+}
 ZERO_IS_DEFAULT = {"canaryTimeout", "canaryMaxAgeIntervals", "canaryMaxTokens", "healthInterval"}
 ALWAYS_RENDERED = set(SETTINGS) - ZERO_IS_DEFAULT
 # Settings that must match the baseline (check_matches): a render that changes them needs a baseline taken so.

@@ -62,8 +62,17 @@ def built_images(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # The default targets, and the vLLM image of the CPU release on its serving stand-in (the container tests),
     # in one build: images no current build uses are removed after it.
     targets = [*default_targets(), CPU_TARGET]
-    argv = [sys.executable, "-m", "vllm_rocm_stack.images", "build", "--bases", "stand-in", "--manifest", str(manifest),
-            *targets]
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm_rocm_stack.images",
+        "build",
+        "--bases",
+        "stand-in",
+        "--manifest",
+        str(manifest),
+        *targets,
+    ]
     with open(log, "w") as fh:
         rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT, cwd=REPO).returncode
     text = log.read_text(errors="replace")

@@ -30,6 +30,7 @@ INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
 def interpolate(text: str, env: dict[str, str]) -> str:
     """Compose's ${V}, ${V:-default} and ${V:?error} (an unset required variable is compose's error)."""
+
     def one(m: re.Match) -> str:
         name, op, arg = m.group(1), m.group(2) or "", m.group(3) or ""
         if env.get(name):
@@ -37,6 +38,7 @@ def interpolate(text: str, env: dict[str, str]) -> str:
         if op.endswith("?"):
             raise ValueError(f"{name}: {arg}")
         return arg
+
     return INTERP.sub(one, text)
 
 
@@ -155,8 +157,11 @@ def test_alertmanager_is_optional_and_wired_to_prometheus() -> None:
     compose = load()
     am, prom = compose["services"]["alertmanager"], compose["services"]["prometheus"]
     assert am["profiles"] == ["monitoring"] and "alertmanager-data" in compose["volumes"]
-    deb = next(line.split("=", 1)[1] for line in (REPO / "tools" / "versions.env").read_text().splitlines()
-               if line.startswith("ALERTMANAGER_DEB_VERSION="))
+    deb = next(
+        line.split("=", 1)[1]
+        for line in (REPO / "tools" / "versions.env").read_text().splitlines()
+        if line.startswith("ALERTMANAGER_DEB_VERSION=")
+    )
     assert am["image"] == f"prom/alertmanager:v{deb.split('-')[0]}", (am["image"], deb)
     flags = dict(a.split("=", 1) for a in am["command"])
     mounts = {v.split(":")[1]: v.split(":")[0] for v in am["volumes"]}
@@ -173,8 +178,13 @@ def test_alertmanager_is_optional_and_wired_to_prometheus() -> None:
 
 
 def podman_compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([tool("podman-compose"), *args], capture_output=True, text=True, timeout=120,
-                          env={"PATH": os.environ["PATH"], **(env or {})})
+    return subprocess.run(
+        [tool("podman-compose"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": os.environ["PATH"], **(env or {})},
+    )
 
 
 @pytest.mark.parametrize("profile", [[], ["--profile", "monitoring"]], ids=["default", "monitoring"])
@@ -198,8 +208,17 @@ def test_podman_compose_up_dry_run_gives_the_rocm_container_setup(tmp_path: Path
     from a private empty storage)."""
     conf = tmp_path / "storage.conf"
     conf.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path / "root"}"\nrunroot = "{tmp_path / "run"}"\n')
-    res = podman_compose("--verbose", "--dry-run", "-f", str(COMPOSE), "--profile", "monitoring", "up", "-d",
-                         env={"RENDER_GID": "109", "CONTAINERS_STORAGE_CONF": str(conf)})
+    res = podman_compose(
+        "--verbose",
+        "--dry-run",
+        "-f",
+        str(COMPOSE),
+        "--profile",
+        "monitoring",
+        "up",
+        "-d",
+        env={"RENDER_GID": "109", "CONTAINERS_STORAGE_CONF": str(conf)},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     creates = {}
     for line in (res.stdout + res.stderr).splitlines():
@@ -220,7 +239,7 @@ def test_podman_compose_up_dry_run_gives_the_rocm_container_setup(tmp_path: Path
     assert f"type=volume,{log_volume} " in vllm + " " and f"type=volume,{log_volume},ro" in health
     for name, svc in load({"RENDER_GID": "109"})["services"].items():  # image, then the command's arguments
         argv = creates[name]
-        assert argv[argv.index(svc["image"]):] == [svc["image"], *svc.get("command", [])], name
+        assert argv[argv.index(svc["image"]) :] == [svc["image"], *svc.get("command", [])], name
 
 
 def test_grafana_is_optional_and_reads_the_charts_dashboard() -> None:
@@ -240,7 +259,9 @@ def test_grafana_is_optional_and_reads_the_charts_dashboard() -> None:
     prom = compose["services"]["prometheus"]
     prom_port = prom["command"][-1].rsplit(":", 1)[1]
     assert yaml.safe_load((prov / "datasources" / "prometheus.yaml").read_text()) == yaml.safe_load(
-        datasource_yaml(f"http://prometheus:{prom_port}"))
+        datasource_yaml(f"http://prometheus:{prom_port}")
+    )
     assert yaml.safe_load((prov / "dashboards" / "vllm-rocm.yaml").read_text()) == yaml.safe_load(
-        dashboards_yaml(board_dir))
+        dashboards_yaml(board_dir)
+    )
     assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"

@@ -4,6 +4,7 @@ What the sidecar gets is what a real compose implementation (podman-compose `con
 an overlay; that environment is then handed to the sidecar's own command line (`vllm-rocm-health serve`, in a
 subprocess, exactly as the image's entrypoint reads VLLM_HEALTH_*), which refuses to start or starts. A baseline
 file is mounted where the overlay says; the test puts a real one there by path rewriting only."""
+
 from __future__ import annotations
 
 import json
@@ -43,11 +44,23 @@ def serve(env: dict[str, str], tmp: Path, mounts: dict[str, Path] | None = None)
         for inside, outside in (mounts or {}).items():
             if value == inside:
                 env[var] = str(outside)
-    env.update({"VLLM_HEALTH_VLLM_URL": "http://127.0.0.1:9", "VLLM_HEALTH_LOG_SOURCE": "none",
-                "VLLM_HEALTH_LISTEN": f"127.0.0.1:{free_port()}", "VLLM_HEALTH_MODEL": "m"})
+    env.update(
+        {
+            "VLLM_HEALTH_VLLM_URL": "http://127.0.0.1:9",
+            "VLLM_HEALTH_LOG_SOURCE": "none",
+            "VLLM_HEALTH_LISTEN": f"127.0.0.1:{free_port()}",
+            "VLLM_HEALTH_MODEL": "m",
+        }
+    )
     url = f"http://{env['VLLM_HEALTH_LISTEN']}/healthz"
-    proc = subprocess.Popen([sys.executable, "-m", "vllm_rocm_health", "serve"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, **env}, cwd=tmp)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm_rocm_health", "serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env},
+        cwd=tmp,
+    )
     try:
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline:

@@ -2,6 +2,7 @@
 against the Compose Specification, how it merges onto compose.yaml, and its gate command run for real on the
 H200 report (the recommended mode goes through, the failed FULL is refused) with the file it writes read by
 vLLM's own --config reader."""
+
 from __future__ import annotations
 
 import json
@@ -68,11 +69,18 @@ def run_gate(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess
     """The gate service's entrypoint + command as compose would run them, container paths mapped to tmp_path."""
     gate = load(env)["services"]["qualification"]
     argv = [*gate["entrypoint"], *gate["command"]]
-    argv = [str(REPORT) if a == "/etc/vllm-rocm/qualification.json" else
-            str(tmp_path) if a == "/run/vllm-rocm/qualified" else a for a in argv]
+    argv = [
+        str(REPORT)
+        if a == "/etc/vllm-rocm/qualification.json"
+        else str(tmp_path)
+        if a == "/run/vllm-rocm/qualified"
+        else a
+        for a in argv
+    ]
     assert argv[0] == "vllm-rocm-health"
-    return subprocess.run([sys.executable, "-m", "vllm_rocm_health", *argv[1:]], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_health", *argv[1:]], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_gate_passes_the_recommended_mode_and_refuses_the_failed_one(tmp_path: Path) -> None:
@@ -90,10 +98,13 @@ def test_vllm_reads_the_mode_from_the_gates_config_file(tmp_path: Path) -> None:
     if not VLLM_PYTHON.exists():
         pytest.skip(f"{VLLM_PYTHON} is missing: run `make setup-vllm` (make test does it)")
     assert run_gate(tmp_path, ENV).returncode == 0
-    code = ("import json, sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-            "print(json.dumps(FlexibleArgumentParser().load_config_file(sys.argv[1])))")
-    res = subprocess.run([str(VLLM_PYTHON), "-c", code, str(tmp_path / "vllm.yaml")], capture_output=True,
-                         text=True, timeout=300)
+    code = (
+        "import json, sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+        "print(json.dumps(FlexibleArgumentParser().load_config_file(sys.argv[1])))"
+    )
+    res = subprocess.run(
+        [str(VLLM_PYTHON), "-c", code, str(tmp_path / "vllm.yaml")], capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     flags = json.loads(res.stdout.strip().splitlines()[-1])
     assert flags[0] == "--compilation-config" and json.loads(flags[1]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}

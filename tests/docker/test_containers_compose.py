@@ -63,8 +63,9 @@ class Stack:
 
     def compose(self, *args: str, timeout: float = 600, **extra: str) -> str:
         proc = self.podman.compose(FILES, PROJECT, *args, env={**self.env, **extra}, timeout=timeout, check=False)
-        assert proc.returncode == 0, f"podman-compose {' '.join(args)} failed ({proc.returncode}):\n" \
-                                     f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        assert proc.returncode == 0, (
+            f"podman-compose {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
         return proc.stdout
 
     def containers(self, all_: bool = True) -> dict[str, str]:
@@ -74,7 +75,7 @@ class Stack:
         return {c["Labels"]["com.docker.compose.service"]: c["Names"][0] for c in out}
 
     def running(self, service: str) -> str:
-        """"" when the service's container runs, else its state and log tail."""
+        """ "" when the service's container runs, else its state and log tail."""
         name = self.containers().get(service)
         if not name:
             return f"no {service} container"
@@ -106,15 +107,22 @@ class Stack:
     def diagnose(self) -> str:
         """What a person needs to see when a wait ran out: each part's own view, and the logs' tails."""
         out = [f"containers: {self.containers()}"]
-        for label, url in (("sidecar /readyz", self.url("health", "/readyz")),
-                           ("Prometheus alerts", self.url("prometheus", "/api/v1/alerts")),
-                           ("Alertmanager alerts", self.url("alertmanager", "/api/v2/alerts"))):
+        for label, url in (
+            ("sidecar /readyz", self.url("health", "/readyz")),
+            ("Prometheus alerts", self.url("prometheus", "/api/v1/alerts")),
+            ("Alertmanager alerts", self.url("alertmanager", "/api/v2/alerts")),
+        ):
             code, body = get(url)
             out.append(f"{label}: {code} {body[:1500].decode(errors='replace')}")
         code, body = get(self.url("health", "/metrics"))
-        out.append("sidecar canary metrics: " + " | ".join(
-            line for line in body.decode(errors="replace").splitlines() if line.startswith("vllm_canary_")
-            and not line.startswith("vllm_canary_request"))[:3000])
+        out.append(
+            "sidecar canary metrics: "
+            + " | ".join(
+                line
+                for line in body.decode(errors="replace").splitlines()
+                if line.startswith("vllm_canary_") and not line.startswith("vllm_canary_request")
+            )[:3000]
+        )
         if self.containers().get("vllm"):
             out.append(f"vllm model mount: {self.model_mount()}")
             code, body = get(self.url("vllm", "/v1/models"))
@@ -140,29 +148,37 @@ def monitoring_images(podman: Podman) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def stack(podman: Podman, built_images: dict, monitoring_images: dict[str, str],
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    podman: Podman, built_images: dict, monitoring_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     for model in (GOOD, BAD):
         if not (model / "config.json").is_file():
             pytest.fail(f"{model} is missing: run `make setup-vllm` (make test does it)")
     tmp = tmp_path_factory.mktemp("compose")
     ports = {s: free_port() for s in (*SERVICES, "grafana")}
-    env = {"VLLM_IMAGE": built_images["by_target"][CPU_TARGET]["image"],
-           "HEALTH_IMAGE": built_images["by_target"]["vllm-rocm-health"]["image"],
-           "PROMETHEUS_IMAGE": monitoring_images["prometheus"], "ALERTMANAGER_IMAGE": monitoring_images["alertmanager"],
-           "VLLM_MODEL_DIR": str(GOOD), "CANARY_BASELINE": str(tmp / "baseline.json"),
-           "ALERT_RULES_FILE": str(rules_with_for(RULES, tmp / "alerts.rules.yaml", ALERT_FOR, CANARY_FAILURES)),
-           "ALERTMANAGER_CONFIG": str(tmp / "alertmanager.yml"),
-           "VLLM_PORT_HOST": str(ports["vllm"]), "HEALTH_PORT_HOST": str(ports["health"]),
-           "PROMETHEUS_PORT_HOST": str(ports["prometheus"]), "ALERTMANAGER_PORT_HOST": str(ports["alertmanager"]),
-           "GRAFANA_PORT_HOST": str(ports["grafana"])}
+    env = {
+        "VLLM_IMAGE": built_images["by_target"][CPU_TARGET]["image"],
+        "HEALTH_IMAGE": built_images["by_target"]["vllm-rocm-health"]["image"],
+        "PROMETHEUS_IMAGE": monitoring_images["prometheus"],
+        "ALERTMANAGER_IMAGE": monitoring_images["alertmanager"],
+        "VLLM_MODEL_DIR": str(GOOD),
+        "CANARY_BASELINE": str(tmp / "baseline.json"),
+        "ALERT_RULES_FILE": str(rules_with_for(RULES, tmp / "alerts.rules.yaml", ALERT_FOR, CANARY_FAILURES)),
+        "ALERTMANAGER_CONFIG": str(tmp / "alertmanager.yml"),
+        "VLLM_PORT_HOST": str(ports["vllm"]),
+        "HEALTH_PORT_HOST": str(ports["health"]),
+        "PROMETHEUS_PORT_HOST": str(ports["prometheus"]),
+        "ALERTMANAGER_PORT_HOST": str(ports["alertmanager"]),
+        "GRAFANA_PORT_HOST": str(ports["grafana"]),
+    }
     s = Stack(podman, env, ports, tmp)
     s.compose("--profile", "monitoring", "down", "--volumes", timeout=300)  # an interrupted earlier run
     try:
         yield s
     finally:
-        podman.compose(FILES, PROJECT, "--profile", "monitoring", "down", "--volumes", env=env, timeout=300,
-                       check=False)
+        podman.compose(
+            FILES, PROJECT, "--profile", "monitoring", "down", "--volumes", env=env, timeout=300, check=False
+        )
 
 
 # One stack life is three vLLM starts and two alert cycles; each wait inside has its own bound (START_TIMEOUT, and
@@ -176,9 +192,23 @@ def test_compose_up_alert_reaches_the_receiver(stack: Stack) -> None:
     print(f"compose test: vLLM healthy after {took:.0f} s")
     t0 = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "vllm_rocm_health", "baseline", "record", "--out", stack.env["CANARY_BASELINE"],
-         "--vllm-url", stack.url("vllm", ""), "--notes", "compose test: the good model"],
-        capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_health",
+            "baseline",
+            "record",
+            "--out",
+            stack.env["CANARY_BASELINE"],
+            "--vllm-url",
+            stack.url("vllm", ""),
+            "--notes",
+            "compose test: the good model",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     canary_run = time.monotonic() - t0
     patience = 10 * canary_run + 2 * took + 180
@@ -189,8 +219,11 @@ def test_compose_up_alert_reaches_the_receiver(stack: Stack) -> None:
     receiver = WebhookReceiver(free_port(), stack.tmp / "notifications.jsonl", say=print, host=gateway)
     receiver.start()
     try:
-        config = local_config(yaml.safe_load(EXAMPLE_CONFIG.read_text()),
-                              f"http://host.containers.internal:{receiver.port}", timing=GROUP_TIMING)
+        config = local_config(
+            yaml.safe_load(EXAMPLE_CONFIG.read_text()),
+            f"http://host.containers.internal:{receiver.port}",
+            timing=GROUP_TIMING,
+        )
         Path(stack.env["ALERTMANAGER_CONFIG"]).write_text(yaml.safe_dump(config, sort_keys=False))
         # --no-deps with every service named: podman-compose 1.6 otherwise links each container to its depends_on
         # with `podman --requires`, and a later recreate of vLLM alone fails to remove the linked containers and
@@ -203,8 +236,10 @@ def test_compose_up_alert_reaches_the_receiver(stack: Stack) -> None:
     finally:
         receiver.stop()
     _down(stack)
-    print(f"compose test: vLLM healthy after {took:.0f} s, a canary run {canary_run:.0f} s, "
-          f"whole life {time.monotonic() - t_start:.0f} s")
+    print(
+        f"compose test: vLLM healthy after {took:.0f} s, a canary run {canary_run:.0f} s, "
+        f"whole life {time.monotonic() - t_start:.0f} s"
+    )
 
 
 def _healthy(stack: Stack, patience: float) -> None:
@@ -221,8 +256,12 @@ def _healthy(stack: Stack, patience: float) -> None:
 
     stack.wait("Prometheus scraping the sidecar and vLLM", scraped, patience, SERVICES)
     evaluated = stack.prom("/api/v1/rules")["groups"][0]["lastEvaluation"]
-    stack.wait("two rule evaluations after ready",
-               lambda: stack.prom("/api/v1/rules")["groups"][0]["lastEvaluation"] > evaluated, 120, SERVICES)
+    stack.wait(
+        "two rule evaluations after ready",
+        lambda: stack.prom("/api/v1/rules")["groups"][0]["lastEvaluation"] > evaluated,
+        120,
+        SERVICES,
+    )
     assert stack.prom("/api/v1/alerts")["alerts"] == [], "an alert is pending or firing on a healthy stack"
     am = json.loads(get(stack.url("alertmanager", "/api/v2/status"))[1])
     assert am["cluster"]["status"] == "disabled" and "host.containers.internal" in am["config"]["original"]
@@ -234,9 +273,14 @@ def _alert_cycle(stack: Stack, receiver: WebhookReceiver, patience: float) -> No
     instance = "health:9400"  # the target as the shipped prometheus.yml names it
 
     def notified(status: str) -> list[tuple[dict, dict]]:
-        return [(p, a) for p in notifications(notes) for a in p["alerts"]
-                if a["labels"].get("alertname") in CANARY_FAILURES and a["labels"].get("instance") == instance
-                and a["status"] == status]
+        return [
+            (p, a)
+            for p in notifications(notes)
+            for a in p["alerts"]
+            if a["labels"].get("alertname") in CANARY_FAILURES
+            and a["labels"].get("instance") == instance
+            and a["status"] == status
+        ]
 
     # 2. The perturbed model, as an operator swaps a model: the vLLM service restarted with another volume.
     t0 = time.monotonic()
@@ -269,12 +313,19 @@ def _alert_cycle(stack: Stack, receiver: WebhookReceiver, patience: float) -> No
     t1 = time.monotonic()
     stack.compose("up", "-d", "--force-recreate", "--no-deps", "vllm", VLLM_MODEL_DIR=str(GOOD))
     assert stack.model_mount() == str(GOOD)
-    stack.wait("the resolved notification", lambda: any(a["labels"]["alertname"] == name for _, a in
-                                                        notified("resolved")), patience, SERVICES)
-    stack.wait("sidecar Ready on the good model", lambda: get(stack.url("health", "/readyz"))[0] == 200, patience,
-               SERVICES)
-    print(f"model swap -> notified firing {fired:.0f} s ({name}; 503 reasons {sorted(set(saw_503))[:3]}), "
-          f"swap back -> resolved {time.monotonic() - t1:.0f} s")
+    stack.wait(
+        "the resolved notification",
+        lambda: any(a["labels"]["alertname"] == name for _, a in notified("resolved")),
+        patience,
+        SERVICES,
+    )
+    stack.wait(
+        "sidecar Ready on the good model", lambda: get(stack.url("health", "/readyz"))[0] == 200, patience, SERVICES
+    )
+    print(
+        f"model swap -> notified firing {fired:.0f} s ({name}; 503 reasons {sorted(set(saw_503))[:3]}), "
+        f"swap back -> resolved {time.monotonic() - t1:.0f} s"
+    )
 
 
 def _down(stack: Stack) -> None:

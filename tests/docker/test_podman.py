@@ -32,8 +32,9 @@ def test_a_runtime_that_cannot_start_a_container_is_reported(health_image: str, 
     assert "operation not permitted" in why or "runc-refused" in why, why
 
 
-def test_a_missing_tool_is_a_failure_not_a_skip(health_image: str, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_tool_is_a_failure_not_a_skip(
+    health_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = Podman(conf_dir=tmp_path / "containers")
     real_which = podman_module.shutil.which
     monkeypatch.setattr(podman_module.shutil, "which", lambda name: None if name == "runc" else real_which(name))

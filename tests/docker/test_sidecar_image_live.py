@@ -48,12 +48,14 @@ class SidecarContainer:
     def wait_started(self) -> None:
         def up() -> bool:
             if not self.process.alive():
-                raise AssertionError(f"the sidecar container exited {self.process.returncode()}:\n"
-                                     f"{self.process.log_tail(40)}")
+                raise AssertionError(
+                    f"the sidecar container exited {self.process.returncode()}:\n{self.process.log_tail(40)}"
+                )
             try:
                 return get(self.url + "/healthz", 1)[0] == 200
             except OSError:
                 return False
+
         assert wait_until(up, START_TIMEOUT, 0.2), self.process.log_tail(40)
 
     def ready(self) -> tuple[int, dict]:
@@ -88,17 +90,31 @@ def compose_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sidecar(built_images: dict, vllm_server: VllmServer, proxy: SwitchableProxy, baseline_file: Path,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarContainer]:
+def sidecar(
+    built_images: dict,
+    vllm_server: VllmServer,
+    proxy: SwitchableProxy,
+    baseline_file: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SidecarContainer]:
     img = built_images["by_dockerfile"][HEALTH_DOCKERFILE]
     env = compose_env()
     log_in_container = env["VLLM_HEALTH_LOG_SOURCE"].removeprefix("file:")
-    env.update({"VLLM_HEALTH_VLLM_URL": proxy.url, "VLLM_HEALTH_LISTEN": f"127.0.0.1:{free_port()}",
-                "VLLM_HEALTH_HEALTH_INTERVAL": "0.5", "VLLM_HEALTH_HEALTH_TIMEOUT": "2"})
-    sc = SidecarContainer(Buildah(driver=built_images["driver"]), img["image"], env,
-                          [f"{vllm_server.log_path}:{log_in_container}:ro",
-                           f"{baseline_file}:{env['VLLM_HEALTH_CANARY_BASELINE']}:ro"],
-                          tmp_path_factory.mktemp("sidecar-image") / "sidecar.out")
+    env.update(
+        {
+            "VLLM_HEALTH_VLLM_URL": proxy.url,
+            "VLLM_HEALTH_LISTEN": f"127.0.0.1:{free_port()}",
+            "VLLM_HEALTH_HEALTH_INTERVAL": "0.5",
+            "VLLM_HEALTH_HEALTH_TIMEOUT": "2",
+        }
+    )
+    sc = SidecarContainer(
+        Buildah(driver=built_images["driver"]),
+        img["image"],
+        env,
+        [f"{vllm_server.log_path}:{log_in_container}:ro", f"{baseline_file}:{env['VLLM_HEALTH_CANARY_BASELINE']}:ro"],
+        tmp_path_factory.mktemp("sidecar-image") / "sidecar.out",
+    )
     try:
         sc.wait_started()
         yield sc
@@ -125,8 +141,9 @@ def test_image_sidecar_is_ready_on_the_real_server(sidecar: SidecarContainer, ca
     assert lines and all(isinstance(json.loads(ln), dict) for ln in lines)
 
 
-def test_image_sidecar_readiness_follows_the_server(sidecar: SidecarContainer, proxy: SwitchableProxy,
-                                                    canary_timing: CanaryTiming) -> None:
+def test_image_sidecar_readiness_follows_the_server(
+    sidecar: SidecarContainer, proxy: SwitchableProxy, canary_timing: CanaryTiming
+) -> None:
     sidecar.wait_ready(200, canary_timing.patience)
     proxy.inject("down")
     try:

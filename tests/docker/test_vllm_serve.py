@@ -78,11 +78,19 @@ def test_image_writes_the_facts_line_before_vllm(tmp_path: Path) -> None:
 
     fake_vllm(tmp_path, 0)
     versions = tmp_path / "versions"
-    versions.write_text("vllm_release=0.10.2\npatch_series=vllm-0.10.2\npatches=0001-a.patch,0002-b.patch\n"
-                        "fixes_issues=aiter-fa-full-cudagraph-always\n")
+    versions.write_text(
+        "vllm_release=0.10.2\npatch_series=vllm-0.10.2\npatches=0001-a.patch,0002-b.patch\n"
+        "fixes_issues=aiter-fa-full-cudagraph-always\n"
+    )
     log = tmp_path / "vllm.log"
-    env = {"VLLM_IMAGE_VERSIONS_FILE": str(versions), "VLLM_LOG_FILE": str(log), "VLLM_ROCM_USE_AITER": "1",
-           "OTHER": "x", "VLLM_API_KEY": "secret", "VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}
+    env = {
+        "VLLM_IMAGE_VERSIONS_FILE": str(versions),
+        "VLLM_LOG_FILE": str(log),
+        "VLLM_ROCM_USE_AITER": "1",
+        "OTHER": "x",
+        "VLLM_API_KEY": "secret",
+        "VLLM_USE_BREAKABLE_CUDAGRAPH": "1",
+    }
     res = run(tmp_path, env, "m")
     assert res.returncode == 0, res.stderr
     first, second = res.stdout.splitlines()[:2]

@@ -1,4 +1,5 @@
 """The Kubernetes log source and events, against an in-process test double of CoreV1Api (no cluster here)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -41,6 +42,7 @@ class FakeCoreV1Api:
                 yield (line + "\n").encode()
             if first:
                 raise ConnectionResetError("API server went away")
+
         return SimpleNamespace(stream=gen)
 
 
@@ -51,8 +53,7 @@ def test_resume_after_disconnect_without_double_counting() -> None:
     stop = threading.Event()
     got: list[str] = []
     ups: list[bool] = []
-    for line in logsource.retrying(lambda: follower.stream(stop), stop, lambda up, _why: ups.append(up),
-                                    backoff=0.01):
+    for line in logsource.retrying(lambda: follower.stream(stop), stop, lambda up, _why: ups.append(up), backoff=0.01):
         got.append(line)
         if len(got) == 10:
             stop.set()
@@ -111,8 +112,10 @@ def test_sidecar_posts_transition_events(tmp_path) -> None:
     from vllm_rocm_health.config import SidecarConfig
 
     api = FakeEventsApi()
-    sidecar = Sidecar(SidecarConfig(listen="127.0.0.1:0", canary=CanaryConfig(enabled=False)),
-                      event_poster=EventPoster(api, "ns", "pod-0"))
+    sidecar = Sidecar(
+        SidecarConfig(listen="127.0.0.1:0", canary=CanaryConfig(enabled=False)),
+        event_poster=EventPoster(api, "ns", "pod-0"),
+    )
     fixtures = Path(__file__).resolve().parents[2] / "health" / "fixtures"
     for name in ("v0.11.0-downgrade-full.log", "v0.11.0-oom-during-capture.log"):
         for line in (fixtures / name).read_text().splitlines():

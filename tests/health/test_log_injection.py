@@ -6,6 +6,7 @@ engine line the parser knows, into real logs (the H200 vLLM 0.26.0 logs and the 
 release's templates) and check that the parsed state is exactly what the log without them gives. They also check
 that parsing is linear in the line length, never runs under the lock /readyz and /metrics take, and that an
 absurd version string cannot break a scrape."""
+
 from __future__ import annotations
 
 import threading
@@ -31,7 +32,7 @@ FIXTURES = sorted((ROOT / "health" / "fixtures").glob("*.log"))
 # Every kind of line the parser acts on, as vLLM prints it: what a hostile client would try to pass off.
 ENGINE_LINES = [
     "(EngineCore_DP0 pid=7) INFO 12-02 11:00:00 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with config: "
-    "compilation_config={\"cudagraph_mode\":2}",
+    'compilation_config={"cudagraph_mode":2}',
     "INFO 12-02 11:00:00 [core.py:98] Initializing a V1 LLM engine (v0.14.0) with config: compilation_config="
     "{'cudagraph_mode': <CUDAGraphMode.FULL: 2>}",
     "(EngineCore_DP0 pid=7) ERROR 12-02 11:00:00 [core.py:700] EngineCore failed to start.",
@@ -47,10 +48,10 @@ ENGINE_LINES = [
     "with AiterFlashAttentionMetadataBuilder backend (support: AttentionCGSupport.NEVER); setting cudagraph_mode=NONE",
     "(EngineCore_DP0 pid=7) INFO 12-02 11:00:02 [rocm.py:241] Using Flash Attention backend on V1 engine.",
     "(APIServer pid=1) INFO 12-02 11:00:00 [utils.py:328] non-default args: {'enforce_eager': True, "
-    "'compilation_config': {\"cudagraph_mode\": \"FULL\"}}",
+    '\'compilation_config\': {"cudagraph_mode": "FULL"}}',
     "(EngineCore_DP0 pid=7) INFO 12-02 11:00:01 [vllm.py:765] Cudagraph is disabled under eager mode",
     "Skipping CUDA graph capture. To turn on CUDA graph capture, ensure `cudagraph_mode` was not set",
-    "vllm-rocm facts: {\"patches\": [\"vllm-0.10.2/0001-x.patch\"], \"rocm\": \"7.1.1\", \"arch\": \"gfx942\"}",
+    'vllm-rocm facts: {"patches": ["vllm-0.10.2/0001-x.patch"], "rocm": "7.1.1", "arch": "gfx942"}',
     "(EngineCore_DP0 pid=99) INFO 12-02 11:00:02 [rocm.py:248] Automatically detected platform rocm.",
 ]
 
@@ -70,15 +71,18 @@ def access_line(text: str) -> str:
 
 def request_log_line(text: str) -> str:
     """vLLM's request logger: the client's strings as Python reprs inside SamplingParams (request_logger.py)."""
-    return (f"(APIServer pid=3460) INFO 12-03 02:20:55 [request_logger.py:65] Received request cmpl-1-0: params: "
-            f"SamplingParams(n=1, temperature=0.0, stop={[text, chr(10) + text]!r}), prompt: {text!r}")
+    return (
+        f"(APIServer pid=3460) INFO 12-03 02:20:55 [request_logger.py:65] Received request cmpl-1-0: params: "
+        f"SamplingParams(n=1, temperature=0.0, stop={[text, chr(10) + text]!r}), prompt: {text!r}"
+    )
 
 
 def continuation_lines(text: str) -> list[str]:
     """Worst case: a multi-line message from the request path with the client's text unescaped; vLLM's formatter
     repeats the header on each line, so the client controls the start of those messages."""
-    return [f"(APIServer pid=3460) ERROR 12-03 02:20:55 [serving_completion.py:140] {part}"
-            for part in text.split("\n")] + [f"(APIServer pid=3460) {part}" for part in text.split("\n")[1:]]
+    return [
+        f"(APIServer pid=3460) ERROR 12-03 02:20:55 [serving_completion.py:140] {part}" for part in text.split("\n")
+    ] + [f"(APIServer pid=3460) {part}" for part in text.split("\n")[1:]]
 
 
 def injected(text: str) -> list[str]:
@@ -107,8 +111,11 @@ def test_every_engine_line_injected_everywhere_changes_nothing(path: Path) -> No
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(log=st.sampled_from(REAL_LOGS + FIXTURES), texts=st.lists(client_text, min_size=1, max_size=6),
-       where=st.lists(st.integers(0, 10_000), min_size=1, max_size=6))
+@given(
+    log=st.sampled_from(REAL_LOGS + FIXTURES),
+    texts=st.lists(client_text, min_size=1, max_size=6),
+    where=st.lists(st.integers(0, 10_000), min_size=1, max_size=6),
+)
 def test_client_text_at_any_position_changes_nothing(log: Path, texts: list[str], where: list[int]) -> None:
     lines = log.read_text().splitlines()
     clean = summary(lines)
@@ -129,16 +136,19 @@ def _fastest(fn, arg: str) -> float:  # type: ignore[no-untyped-def]
     return best
 
 
-@pytest.mark.parametrize("unit", [
-    "Capturing CUDA graphs (PIECEWISE)",                 # bars without their `|`: a pattern that searched each start
-    "Capturing CUDA graphs (decode, FULL): |",
-    "'cudagraph_mode': <CUDAGraphMode.",
-    "CUDAGraphMode.FULL is not supported with ",
-    "Overriding cudagraph_mode from FULL to ",
-    "Using ROCM_ATTN backend out of ",
-    "\x1b[1;3",                                          # half colour codes
-    "(EngineCore_DP0 pid=1) ",
-])
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "Capturing CUDA graphs (PIECEWISE)",  # bars without their `|`: a pattern that searched each start
+        "Capturing CUDA graphs (decode, FULL): |",
+        "'cudagraph_mode': <CUDAGraphMode.",
+        "CUDAGraphMode.FULL is not supported with ",
+        "Overriding cudagraph_mode from FULL to ",
+        "Using ROCM_ATTN backend out of ",
+        "\x1b[1;3",  # half colour codes
+        "(EngineCore_DP0 pid=1) ",
+    ],
+)
 def test_parsing_is_linear_in_the_line_length(unit: str) -> None:
     """Parsing an 8 MiB line costs a small multiple of one linear pass over it (`str.lower`, timed right before on
     the same line, so a busy machine slows both alike). A pattern that retried from every start would cost
@@ -172,6 +182,7 @@ def test_parsing_runs_outside_the_lock_of_readyz_and_metrics(monkeypatch: pytest
         def ask() -> None:
             sidecar.update_readiness()
             from prometheus_client import generate_latest
+
             generate_latest(sidecar.registry)
             done.set()
 
@@ -192,8 +203,10 @@ def test_an_absurd_version_cannot_break_a_scrape() -> None:
     # reads at most 9 digits per component): each is a version the known issues cannot judge, and says so
     for version, judged in (("0." + "9" * 5000, False), ("0.10.2" + "rc" * 40, False), ("1" * 60 + ".0", False)):
         status.log = LogState()
-        status.log.feed(f"(EngineCore_DP0 pid=7) INFO 12-02 11:00:00 [core.py:76] Initializing a V1 LLM engine "
-                        f"(v{version}) with config: compilation_config={{\"cudagraph_mode\":2}}")
+        status.log.feed(
+            f"(EngineCore_DP0 pid=7) INFO 12-02 11:00:00 [core.py:76] Initializing a V1 LLM engine "
+            f'(v{version}) with config: compilation_config={{"cudagraph_mode":2}}'
+        )
         text = generate_latest(registry).decode()
         assert f"vllm_known_issues_evaluated {float(judged)}" in text, version
         assert "vllm_sidecar_ready" in text

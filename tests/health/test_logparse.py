@@ -1,4 +1,5 @@
 """The parser and state machine on recorded-from-template log excerpts of each release (health/fixtures/)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,19 +22,63 @@ def summarise(name: str, hint: str = "") -> dict:
 # file, requested, effective, downgraded, finished, graphs, failures, eager, restarts
 CASES = [
     ("v0.10.2-full-honoured.log", "FULL", "FULL", False, True, {"mixed/FULL": 67}, [], False, 0),
-    ("v0.11.0-downgrade-full.log", "FULL", "FULL_AND_PIECEWISE", True, True,
-     {"mixed/PIECEWISE": 67, "decode/FULL": 35}, [], False, 0),
-    ("v0.10.1.1-full-never.log", "FULL", "FULL", False, False, {},
-     ["engine_failed", "exception"], False, 0),
-    ("v0.14.0-dict-default.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, True,
-     {"mixed/PIECEWISE": 51, "decode/FULL": 35}, [], False, 0),
-    ("v0.20.0-profiling-spec-decode.log", "FULL_AND_PIECEWISE", "PIECEWISE", True, True,
-     {"mixed/PIECEWISE": 51}, [], False, 0),
-    ("v0.30.0-v2-double-capture-tp2.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, True,
-     {"unspecified/PIECEWISE": 67, "unspecified/FULL": 35}, [], False, 0),
+    (
+        "v0.11.0-downgrade-full.log",
+        "FULL",
+        "FULL_AND_PIECEWISE",
+        True,
+        True,
+        {"mixed/PIECEWISE": 67, "decode/FULL": 35},
+        [],
+        False,
+        0,
+    ),
+    ("v0.10.1.1-full-never.log", "FULL", "FULL", False, False, {}, ["engine_failed", "exception"], False, 0),
+    (
+        "v0.14.0-dict-default.log",
+        "FULL_AND_PIECEWISE",
+        "FULL_AND_PIECEWISE",
+        False,
+        True,
+        {"mixed/PIECEWISE": 51, "decode/FULL": 35},
+        [],
+        False,
+        0,
+    ),
+    (
+        "v0.20.0-profiling-spec-decode.log",
+        "FULL_AND_PIECEWISE",
+        "PIECEWISE",
+        True,
+        True,
+        {"mixed/PIECEWISE": 51},
+        [],
+        False,
+        0,
+    ),
+    (
+        "v0.30.0-v2-double-capture-tp2.log",
+        "FULL_AND_PIECEWISE",
+        "FULL_AND_PIECEWISE",
+        False,
+        True,
+        {"unspecified/PIECEWISE": 67, "unspecified/FULL": 35},
+        [],
+        False,
+        0,
+    ),
     ("v0.14.0-eager.log", "NONE", "NONE", False, False, {}, [], True, 0),
-    ("v0.11.0-oom-during-capture.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {},
-     ["engine_failed", "exception", "oom"], False, 0),
+    (
+        "v0.11.0-oom-during-capture.log",
+        "FULL_AND_PIECEWISE",
+        "FULL_AND_PIECEWISE",
+        False,
+        False,
+        {},
+        ["engine_failed", "exception", "oom"],
+        False,
+        0,
+    ),
     ("v0.11.0-hip-error.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {}, ["gpu_error"], False, 0),
     ("v0.14.0-restart.log", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", False, False, {}, [], False, 1),
     ("v0.10.2-eager.log", "NONE", "NONE", False, False, {}, [], True, 0),
@@ -81,10 +126,13 @@ def L(msg: str, src: str = "core.py", level: str = "INFO", proc: str = "EngineCo
 
 
 def test_both_config_formats() -> None:
-    json_line = L('Initializing a V1 LLM engine (v0.11.0) with config: '
-                  'compilation_config={"level":3,"cudagraph_mode":[2,0]}')
-    dict_line = L("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
-                  "<CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}")
+    json_line = L(
+        'Initializing a V1 LLM engine (v0.11.0) with config: compilation_config={"level":3,"cudagraph_mode":[2,0]}'
+    )
+    dict_line = L(
+        "Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+        "<CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}"
+    )
     for line, version in ((json_line, "0.11.0"), (dict_line, "0.14.0")):
         (ev,) = lp.parse_line(line)
         assert (ev.kind, ev.mode, ev.text) == (lp.ENGINE_START, "FULL_DECODE_ONLY", version)
@@ -94,19 +142,30 @@ def test_both_config_formats() -> None:
 
 
 def test_ansi_colours_and_carriage_returns() -> None:
-    line = ("\x1b[1;36m(EngineCore_DP0 pid=1)\x1b[0m Capturing CUDA graphs (decode, FULL):  10%|| "
-            "3/35 [00:01<00:07]\rCapturing CUDA graphs (decode, FULL):  20%|| 7/35 [00:02<00:06]")
+    line = (
+        "\x1b[1;36m(EngineCore_DP0 pid=1)\x1b[0m Capturing CUDA graphs (decode, FULL):  10%|| "
+        "3/35 [00:01<00:07]\rCapturing CUDA graphs (decode, FULL):  20%|| 7/35 [00:02<00:06]"
+    )
     events = lp.parse_line(line)
     assert [(e.done, e.total) for e in events] == [(3, 35), (7, 35)]
 
 
 def test_downgrade_with_spec_decode_names_backend() -> None:
-    (ev,) = lp.parse_line(L("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention "
-                            "backend AiterFlashAttentionBackend (support: "
-                            "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE",
-                            "compilation.py", "WARNING"))
-    assert (ev.kind, ev.text, ev.mode, ev.reason) == (lp.DOWNGRADE, "FULL_AND_PIECEWISE", "PIECEWISE",
-                                                      "AiterFlashAttentionBackend")
+    (ev,) = lp.parse_line(
+        L(
+            "CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention "
+            "backend AiterFlashAttentionBackend (support: "
+            "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE",
+            "compilation.py",
+            "WARNING",
+        )
+    )
+    assert (ev.kind, ev.text, ev.mode, ev.reason) == (
+        lp.DOWNGRADE,
+        "FULL_AND_PIECEWISE",
+        "PIECEWISE",
+        "AiterFlashAttentionBackend",
+    )
 
 
 def test_request_lines_are_ignored() -> None:
@@ -132,10 +191,14 @@ def test_requested_hint_used_when_log_is_silent() -> None:
 
 def test_pre_v2_release_finished_counts_even_without_kv_cache_line() -> None:
     state = LogState()
-    for line in [L("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
-                   "<CUDAGraphMode.PIECEWISE: 1>}"),
-                 "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##| 51/51 [00:08<00:00]",
-                 L("Graph capturing finished in 9 secs, took 0.40 GiB", "gpu_model_runner.py")]:
+    for line in [
+        L(
+            "Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+            "<CUDAGraphMode.PIECEWISE: 1>}"
+        ),
+        "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##| 51/51 [00:08<00:00]",
+        L("Graph capturing finished in 9 secs, took 0.40 GiB", "gpu_model_runner.py"),
+    ]:
         state.feed(line)
     assert state.engine.capture_finished and state.engine.profile_passes == 0
     late = LogState()  # joined mid-way, version unknown: a lone finished line may be the profile pass
@@ -144,29 +207,59 @@ def test_pre_v2_release_finished_counts_even_without_kv_cache_line() -> None:
 
 
 def test_container_restart_then_config_line_counts_once() -> None:
-    cfg = L("Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
-            "<CUDAGraphMode.PIECEWISE: 1>}")
+    cfg = L(
+        "Initializing a V1 LLM engine (v0.14.0) with config: compilation_config={'cudagraph_mode': "
+        "<CUDAGraphMode.PIECEWISE: 1>}"
+    )
     state = LogState()
     state.feed(cfg)
-    state.restart(container=True)   # the k8s source saw restartCount change
-    state.feed(cfg)                 # the new container's first engine line: same restart
+    state.restart(container=True)  # the k8s source saw restartCount change
+    state.feed(cfg)  # the new container's first engine line: same restart
     assert state.restarts == 1
-    state.feed(cfg)                 # an in-container engine restart afterwards does count
+    state.feed(cfg)  # an in-container engine restart afterwards does count
     assert state.restarts == 2
 
 
-@pytest.mark.parametrize(("line", "mode"), [
-    (L("Pooling models do not support full cudagraphs. Overriding cudagraph_mode to PIECEWISE.", "vllm.py",
-       "WARNING"), "PIECEWISE"),
-    (L("KV connector X requires PIECEWISE CUDA graph mode due to layerwise async operations that cannot be "
-       "captured in CUDA graphs. Overriding cudagraph_mode from FULL_AND_PIECEWISE to PIECEWISE.", "vllm.py",
-       "WARNING"), "PIECEWISE"),
-    (L("Cudagraph mode FULL is not compatible with compilation mode 0.Overriding to NONE.", "vllm.py"), "NONE"),
-    (L("CUDA graphs are not supported with stock torch.compile in Model Runner V2. Overriding cudagraph_mode "
-       "FULL_AND_PIECEWISE to NONE.", "vllm.py"), "NONE"),
-    (L("Piecewise compilation with empty splitting_ops does not contain piecewise cudagraph. Setting "
-       "cudagraph_mode to FULL. Hint: ...", "compilation.py", "WARNING"), "FULL"),
-])
+@pytest.mark.parametrize(
+    ("line", "mode"),
+    [
+        (
+            L(
+                "Pooling models do not support full cudagraphs. Overriding cudagraph_mode to PIECEWISE.",
+                "vllm.py",
+                "WARNING",
+            ),
+            "PIECEWISE",
+        ),
+        (
+            L(
+                "KV connector X requires PIECEWISE CUDA graph mode due to layerwise async operations that cannot be "
+                "captured in CUDA graphs. Overriding cudagraph_mode from FULL_AND_PIECEWISE to PIECEWISE.",
+                "vllm.py",
+                "WARNING",
+            ),
+            "PIECEWISE",
+        ),
+        (L("Cudagraph mode FULL is not compatible with compilation mode 0.Overriding to NONE.", "vllm.py"), "NONE"),
+        (
+            L(
+                "CUDA graphs are not supported with stock torch.compile in Model Runner V2. Overriding cudagraph_mode "
+                "FULL_AND_PIECEWISE to NONE.",
+                "vllm.py",
+            ),
+            "NONE",
+        ),
+        (
+            L(
+                "Piecewise compilation with empty splitting_ops does not contain piecewise cudagraph. Setting "
+                "cudagraph_mode to FULL. Hint: ...",
+                "compilation.py",
+                "WARNING",
+            ),
+            "FULL",
+        ),
+    ],
+)
 def test_config_overrides_are_downgrades(line: str, mode: str) -> None:
     (ev,) = lp.parse_line(line)
     assert (ev.kind, ev.mode) == (lp.DOWNGRADE, mode)
@@ -174,23 +267,36 @@ def test_config_overrides_are_downgrades(line: str, mode: str) -> None:
 
 def test_config_line_differing_from_args_is_a_downgrade() -> None:
     state = LogState()
-    state.feed(L("non-default args: {'model': 'm', 'compilation_config': {\"cudagraph_mode\": "
-                 "\"FULL_AND_PIECEWISE\"}}", "utils.py", proc="APIServer pid=301"))
-    state.feed(L("Initializing a V1 LLM engine (v0.20.0) with config: compilation_config={'cudagraph_mode': "
-                 "<CUDAGraphMode.PIECEWISE: 1>}"))
+    state.feed(
+        L(
+            "non-default args: {'model': 'm', 'compilation_config': {\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}}",
+            "utils.py",
+            proc="APIServer pid=301",
+        )
+    )
+    state.feed(
+        L(
+            "Initializing a V1 LLM engine (v0.20.0) with config: compilation_config={'cudagraph_mode': "
+            "<CUDAGraphMode.PIECEWISE: 1>}"
+        )
+    )
     e = state.engine
     assert (e.requested, e.effective, e.downgraded) == ("FULL_AND_PIECEWISE", "PIECEWISE", True)
     assert e.config_mode == "PIECEWISE"
 
 
-@pytest.mark.parametrize(("profile", "mode"), [
-    ("PIECEWISE=51 (largest=512), FULL=35 (largest=256)", "FULL_AND_PIECEWISE"),
-    ("PIECEWISE=51 (largest=512)", "PIECEWISE"),
-])
+@pytest.mark.parametrize(
+    ("profile", "mode"),
+    [
+        ("PIECEWISE=51 (largest=512), FULL=35 (largest=256)", "FULL_AND_PIECEWISE"),
+        ("PIECEWISE=51 (largest=512)", "PIECEWISE"),
+    ],
+)
 def test_profiling_line_shows_the_resolved_mode(profile: str, mode: str) -> None:
     state = LogState(requested_hint="FULL_AND_PIECEWISE")
-    state.feed("(EngineCore_DP0 pid=1) INFO 12-02 11:00:03 [gpu_model_runner.py:5964] Profiling CUDA graph memory: "
-               + profile)
+    state.feed(
+        "(EngineCore_DP0 pid=1) INFO 12-02 11:00:03 [gpu_model_runner.py:5964] Profiling CUDA graph memory: " + profile
+    )
     assert state.engine.effective == mode
     assert state.engine.downgraded is (mode != "FULL_AND_PIECEWISE")
     assert not state.engine.capture_finished
@@ -199,21 +305,29 @@ def test_profiling_line_shows_the_resolved_mode(profile: str, mode: str) -> None
 def test_prefilter_lets_every_event_line_through() -> None:
     """The cheap prefilter must never hide a line the full parser would act on (fixtures + known templates)."""
     lines = [x for f in sorted(FIXTURES.glob("*.log")) for x in f.read_text().splitlines()]
-    lines += [L("Skipping CUDA graph capture. To turn on CUDA graph capture, ensure `cudagraph_mode` was not set",
-                "gpu_model_runner.py", "WARNING"),
-              L("Skipping encoder and decoder CUDA graph capture. To enable encoder capture, ensure ...",
-                "model_runner.py"),
-              L("Enforce eager set, overriding optimization level to -O0", "vllm.py", "WARNING"),
-              "HIP error: invalid device function",
-              "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB",
-              "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x2. Reason: Page not present",
-              L("EngineCore failed to start.", "core.py", "ERROR"),
-              L("RuntimeError: Engine core initialization failed. See root cause above.", "utils.py", "ERROR",
-                "APIServer pid=301")]
+    lines += [
+        L(
+            "Skipping CUDA graph capture. To turn on CUDA graph capture, ensure `cudagraph_mode` was not set",
+            "gpu_model_runner.py",
+            "WARNING",
+        ),
+        L("Skipping encoder and decoder CUDA graph capture. To enable encoder capture, ensure ...", "model_runner.py"),
+        L("Enforce eager set, overriding optimization level to -O0", "vllm.py", "WARNING"),
+        "HIP error: invalid device function",
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB",
+        "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x2. Reason: Page not present",
+        L("EngineCore failed to start.", "core.py", "ERROR"),
+        L(
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+            "utils.py",
+            "ERROR",
+            "APIServer pid=301",
+        ),
+    ]
     acted = 0
     for x in lines:
         line = logline.split(x)
-        if (lp._parse_logger(line) if line.level else lp._parse_raw(line)):
+        if lp._parse_logger(line) if line.level else lp._parse_raw(line):
             acted += 1
             assert lp.parse_line(x), x
     assert acted > 60
@@ -238,8 +352,10 @@ def test_a_clean_stop_of_a_real_0_32_engine_is_no_failure() -> None:
     state = LogState()
     for line in lines:
         state.feed(line)
-    state.feed("(EngineCore pid=22333) ERROR 12-03 17:27:12 [core.py:1000] torch.OutOfMemoryError: HIP out of memory. "
-               "Tried to allocate 2.00 GiB")
+    state.feed(
+        "(EngineCore pid=22333) ERROR 12-03 17:27:12 [core.py:1000] torch.OutOfMemoryError: HIP out of memory. "
+        "Tried to allocate 2.00 GiB"
+    )
     assert state.summary()["failures_total"] == {"oom": 1}
 
 

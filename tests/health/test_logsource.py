@@ -1,4 +1,5 @@
 """The file log source in-process: start position, partial lines, truncation, rotation, a file that appears late."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,9 @@ class Follower:
         self.stop = threading.Event()
         self.q: queue.Queue[str] = queue.Queue()
         self.up: list[bool] = []
-        gen = follow_file(str(path), self.stop, poll=0.02, from_start=from_start,
-                          on_up=lambda up, _why: self.up.append(up))
+        gen = follow_file(
+            str(path), self.stop, poll=0.02, from_start=from_start, on_up=lambda up, _why: self.up.append(up)
+        )
         self.t = threading.Thread(target=lambda: [self.q.put(x) for x in gen], daemon=True)
         self.t.start()
 
@@ -39,11 +41,11 @@ def test_from_end_partial_line_truncation_rotation(tmp_path: Path) -> None:
     fol = Follower(log, from_start=False)
     try:
         time.sleep(0.1)
-        _append(log, "first\nsec")          # the partial `sec` is held back until its newline
+        _append(log, "first\nsec")  # the partial `sec` is held back until its newline
         assert fol.take(1) == ["first"]
         _append(log, "ond\n")
         assert fol.take(1) == ["second"]
-        log.write_text("")                  # truncation (copytruncate)
+        log.write_text("")  # truncation (copytruncate)
         time.sleep(0.1)
         _append(log, "after truncate\n")
         assert fol.take(1) == ["after truncate"]
@@ -65,7 +67,7 @@ def test_a_write_that_splits_a_character_is_not_a_truncation(tmp_path: Path) -> 
     fol = Follower(log)
     try:
         assert fol.take(1) == ["engine line"]
-        time.sleep(0.2)                     # the follower polls at EOF with half a character buffered
+        time.sleep(0.2)  # the follower polls at EOF with half a character buffered
         with open(log, "ab") as f:
             f.write(bar[cut:] + b"next\n")
         assert fol.take(2) == [bar.decode().rstrip("\n"), "next"]
@@ -80,7 +82,7 @@ def test_waits_for_the_file_to_appear(tmp_path: Path) -> None:
     fol = Follower(log)
     try:
         time.sleep(0.1)
-        assert fol.up and fol.up[-1] is False   # reported down while the file is missing
+        assert fol.up and fol.up[-1] is False  # reported down while the file is missing
         log.write_text("hello\n")
         assert fol.take(1) == ["hello"]
         assert fol.up[-1] is True
@@ -130,9 +132,11 @@ def test_k8s_stream_holds_bounded_memory() -> None:
 
         def read_namespaced_pod_log(self, *a, **kw):
             assert kw["_request_timeout"][1] > 0  # a half-open stream cannot block forever
+
             def gen():
                 yield b"2026-12-03T00:00:00.1Z " + b"x" * (5 << 20)
                 yield b"\n2026-12-03T00:00:00.2Z after\n"
+
             return SimpleNamespace(stream=gen)
 
     lines = list(PodLogFollower(Api(), "ns", "p", "vllm").stream(th.Event()))

@@ -1,4 +1,5 @@
 """The block prefilter: Hyperscan and the bytes.find fallback pick exactly the lines the per-line test picks."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,12 @@ def by_line(block: bytes) -> list[str]:
     return [x for x in lines if prefilter.line_may_matter(x)]
 
 
-text = st.lists(st.one_of(st.sampled_from(NEEDLES), st.sampled_from(["█", "\r", "ü", " ", "x", "\x00", "\n"]),
-                          st.text(max_size=30)), max_size=30).map("".join)
+text = st.lists(
+    st.one_of(
+        st.sampled_from(NEEDLES), st.sampled_from(["█", "\r", "ü", " ", "x", "\x00", "\n"]), st.text(max_size=30)
+    ),
+    max_size=30,
+).map("".join)
 
 
 @pytest.mark.parametrize("scan", SCANNERS, ids=lambda s: s.name)
@@ -51,8 +56,10 @@ def test_a_needle_at_the_very_start_and_end_of_a_block() -> None:
 
 def test_request_text_does_not_make_candidates() -> None:
     """User prompt text in request logs ('failed logins') must not turn request lines into candidates."""
-    line = (b"(APIServer pid=1) INFO 12-02 11:00:00 [logger.py:43] Received request cmpl-1: prompt: 'customer reports"
-            b" 3 failed logins', params: SamplingParams(n=1)\n")
+    line = (
+        b"(APIServer pid=1) INFO 12-02 11:00:00 [logger.py:43] Received request cmpl-1: prompt: 'customer reports"
+        b" 3 failed logins', params: SamplingParams(n=1)\n"
+    )
     for scan in SCANNERS:
         assert candidate_lines(line * 100, scan) == []
 

@@ -1,4 +1,5 @@
 """Property tests: whatever the log holds, the parser never crashes and never reports a capture that did not finish."""
+
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -6,12 +7,23 @@ from hypothesis import strategies as st
 from vllm_rocm_health.state import LogState
 
 FRAGMENTS = [
-    "Capturing CUDA graphs (decode, FULL): 50%|██| 5/10", "Graph capturing finished in",
+    "Capturing CUDA graphs (decode, FULL): 50%|██| 5/10",
+    "Graph capturing finished in",
     "Graph capturing finished in x",
     "Initializing a V1 LLM engine (v0.14.0) with config: 'cudagraph_mode': <CUDAGraphMode.FULL: 2>",
-    '"cudagraph_mode":[2,1]', "CUDAGraphMode.FULL is not supported with X backend (support: AttentionCGSupport.NEVER);",
-    "non-default args: {'cudagraph_mode': 'FULL'", "Available KV cache memory", "HIP out of memory", "\r", "\x1b[31m",
-    "Traceback (most recent call last):", "enforce_eager=True", "\x00", "ü", "|", "/",
+    '"cudagraph_mode":[2,1]',
+    "CUDAGraphMode.FULL is not supported with X backend (support: AttentionCGSupport.NEVER);",
+    "non-default args: {'cudagraph_mode': 'FULL'",
+    "Available KV cache memory",
+    "HIP out of memory",
+    "\r",
+    "\x1b[31m",
+    "Traceback (most recent call last):",
+    "enforce_eager=True",
+    "\x00",
+    "ü",
+    "|",
+    "/",
 ]
 line = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=40)), max_size=8).map("".join)
 
@@ -46,7 +58,7 @@ def test_huge_lines(chunk: str, size: int) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=30), st.randoms())
 def test_truncated_and_interleaved(parts: list[str], rnd) -> None:
-    lines = ["".join(parts[i:i + 3])[: rnd.randint(0, 200)] for i in range(0, len(parts), 3)]
+    lines = ["".join(parts[i : i + 3])[: rnd.randint(0, 200)] for i in range(0, len(parts), 3)]
     rnd.shuffle(lines)
     state = LogState()
     for x in lines:

@@ -1,5 +1,6 @@
 """`vllm-rocm-health qualification apply`: compose's gate. It writes what deployment takes from a report, and
 refuses (exit 1, nothing written) a mode the report did not pass, another model, or a malformed report."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,23 @@ H200 = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "h200-vllm
 
 
 def apply(out: Path, *args: str, report: Path = H200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vllm_rocm_health", "qualification", "apply", "--report",
-                           str(report), "--out-dir", str(out), *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_health",
+            "qualification",
+            "apply",
+            "--report",
+            str(report),
+            "--out-dir",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_writes_the_recommended_mode_a_vllm_config_and_the_baseline(tmp_path: Path) -> None:
@@ -56,10 +72,15 @@ def test_refuses_another_model_and_a_broken_report(tmp_path: Path) -> None:
     assert not any((tmp_path / d).exists() and any((tmp_path / d).iterdir()) for d in "abc")
 
 
-@pytest.mark.parametrize("change", [
-    {"vllm_version": None}, {"vllm_version": ""}, {"served_model_name": None},
-    {"rows": "dup"},  # the same mode twice: which verdict holds?
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"vllm_version": None},
+        {"vllm_version": ""},
+        {"served_model_name": None},
+        {"rows": "dup"},  # the same mode twice: which verdict holds?
+    ],
+)
 def test_refuses_a_report_that_does_not_say_what_it_qualified(tmp_path: Path, change: dict) -> None:
     raw = json.loads(H200.read_text())
     for key, value in change.items():

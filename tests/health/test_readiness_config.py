@@ -1,4 +1,5 @@
 """Readiness rules (pure) and the generated configuration: flags beat env vars beat defaults, nested canary fields."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,22 +17,35 @@ def _engine(**kw) -> EngineState:
     return e
 
 
-@pytest.mark.parametrize(("engine", "healthy", "canary", "ready", "why"), [
-    (_engine(), True, (False, None), False, "capture not finished"),
-    (_engine(capture_finished=True), True, (False, None), True, "ok"),
-    (_engine(eager=True), True, (False, None), True, "ok"),
-    (_engine(effective="NONE"), True, (False, None), True, "ok"),
-    (_engine(capture_finished=True), None, (False, None), False, "not polled"),
-    (_engine(capture_finished=True), False, (False, None), False, "/health is failing"),
-    (_engine(capture_finished=True), True, (True, None), False, "first canary"),
-    (_engine(capture_finished=True), True, (True, False), False, "score 0.2 < 0.8"),
-    (_engine(capture_finished=True), True, (True, True), True, "ok"),
-    (_engine(capture_finished=True, failures={"oom"}), True, (False, None), False, "failed: oom"),
-])
+@pytest.mark.parametrize(
+    ("engine", "healthy", "canary", "ready", "why"),
+    [
+        (_engine(), True, (False, None), False, "capture not finished"),
+        (_engine(capture_finished=True), True, (False, None), True, "ok"),
+        (_engine(eager=True), True, (False, None), True, "ok"),
+        (_engine(effective="NONE"), True, (False, None), True, "ok"),
+        (_engine(capture_finished=True), None, (False, None), False, "not polled"),
+        (_engine(capture_finished=True), False, (False, None), False, "/health is failing"),
+        (_engine(capture_finished=True), True, (True, None), False, "first canary"),
+        (_engine(capture_finished=True), True, (True, False), False, "score 0.2 < 0.8"),
+        (_engine(capture_finished=True), True, (True, True), True, "ok"),
+        (_engine(capture_finished=True, failures={"oom"}), True, (False, None), False, "failed: oom"),
+    ],
+)
 def test_readiness_rules(engine, healthy, canary, ready, why) -> None:
-    v = decide(Inputs(engine, healthy, canary_enabled=canary[0], canary_passing=canary[1],
-                      canary_reason="score 0.2 < 0.8", canary_pass_age=1.0, canary_max_age=10.0,
-                      instance=3, canary_pass_instance=3))
+    v = decide(
+        Inputs(
+            engine,
+            healthy,
+            canary_enabled=canary[0],
+            canary_passing=canary[1],
+            canary_reason="score 0.2 < 0.8",
+            canary_pass_age=1.0,
+            canary_max_age=10.0,
+            instance=3,
+            canary_pass_instance=3,
+        )
+    )
     assert v.ready is ready and why in v.message
     assert v.code == "ok" if ready else v.code in REASONS
 
@@ -43,11 +57,23 @@ def test_without_log_source_capture_is_not_gated() -> None:
 
 def _ready_inputs(**kw) -> Inputs:
     """Everything right: captured engine seen, /health ok, a fresh canary pass on the current instance."""
-    args = dict(engine=_engine(capture_finished=True, config_mode="FULL_AND_PIECEWISE",
-                               effective="FULL_AND_PIECEWISE", requested="FULL_AND_PIECEWISE"),
-                server_healthy=True, canary_enabled=True, canary_passing=True, canary_pass_age=1.0,
-                canary_max_age=10.0, engine_seen=True, instance=2, canary_pass_instance=2,
-                expected_mode="FULL_AND_PIECEWISE")
+    args = dict(
+        engine=_engine(
+            capture_finished=True,
+            config_mode="FULL_AND_PIECEWISE",
+            effective="FULL_AND_PIECEWISE",
+            requested="FULL_AND_PIECEWISE",
+        ),
+        server_healthy=True,
+        canary_enabled=True,
+        canary_passing=True,
+        canary_pass_age=1.0,
+        canary_max_age=10.0,
+        engine_seen=True,
+        instance=2,
+        canary_pass_instance=2,
+        expected_mode="FULL_AND_PIECEWISE",
+    )
     args.update(kw)
     return Inputs(**args)
 
@@ -86,8 +112,9 @@ def _parse(argv: list[str], env: dict[str, str], canary: bool = False) -> cfgmod
 
 
 def test_an_accuracy_reference_is_required_or_explicitly_refused(tmp_path) -> None:
-    with pytest.raises(ValueError, match="no accuracy reference.*--canary-baseline.*--qualification.*"
-                                         "--no-canary-enabled"):
+    with pytest.raises(
+        ValueError, match="no accuracy reference.*--canary-baseline.*--qualification.*--no-canary-enabled"
+    ):
         _parse([], {}, canary=True)
     assert _parse(["--canary-baseline", "/b.json"], {}, canary=True).canary.enabled
     assert _parse([], {"VLLM_HEALTH_CANARY_ENABLED": "false"}, canary=True).canary.enabled is False
@@ -107,8 +134,11 @@ def test_precedence_flag_over_env_over_default() -> None:
 
 
 def test_nested_canary_fields_get_prefixed_flags_and_env() -> None:
-    cfg = _parse(["--canary-interval", "42"], {"VLLM_HEALTH_CANARY_MAX_TOKENS": "3",
-                                               "VLLM_HEALTH_CANARY_BASELINE": "/b.json"}, canary=True)
+    cfg = _parse(
+        ["--canary-interval", "42"],
+        {"VLLM_HEALTH_CANARY_MAX_TOKENS": "3", "VLLM_HEALTH_CANARY_BASELINE": "/b.json"},
+        canary=True,
+    )
     assert (cfg.canary.interval, cfg.canary.max_tokens, cfg.canary.baseline) == (42.0, 3, "/b.json")
     assert _parse(["--baseline", "/x.json"], {}, canary=True).canary.baseline == "/x.json"  # contract spelling
 

@@ -10,6 +10,7 @@ engine instance they measured.
 The vLLM side is the named failure injector (tests/support/injector.py) for the canary's answers and /health, and
 log files written from vLLM's own templates (health/fixtures); the live tests do the same against the real vLLM CPU
 server (tests/health/live/test_authority_live.py)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,22 @@ from tests.support.sidecar import SidecarProcess
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
 SEED, N = 7, 6
 # A long interval: every canary run these tests see was started by a new engine instance, not by the clock.
-CANARY_FLAGS = ["--canary-seed", str(SEED), "--canary-num-problems", str(N), "--canary-idle-probe-after", "0",
-                "--model", "m", "--canary-interval", "3600", "--canary-timeout", "5", "--health-interval", "0.2"]
+CANARY_FLAGS = [
+    "--canary-seed",
+    str(SEED),
+    "--canary-num-problems",
+    str(N),
+    "--canary-idle-probe-after",
+    "0",
+    "--model",
+    "m",
+    "--canary-interval",
+    "3600",
+    "--canary-timeout",
+    "5",
+    "--health-interval",
+    "0.2",
+]
 # vLLM 0.14, AITER FA, FULL_AND_PIECEWISE captured; no known issue applies to it.
 ENGINE = (FIXTURES / "v0.14.0-dict-default.log").read_text()
 
@@ -34,8 +49,19 @@ def start(tmp_path: Path, answerer, log_text: str, *extra: str) -> tuple[Sidecar
     _, server, path = answerer
     log = tmp_path / "vllm.log"
     log.write_text(log_text)
-    sc = SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--canary-baseline", str(path),
-                         *CANARY_FLAGS, *extra], tmp_path / "sidecar.out")
+    sc = SidecarProcess(
+        [
+            "--vllm-url",
+            server.url,
+            "--log-source",
+            f"file:{log}",
+            "--canary-baseline",
+            str(path),
+            *CANARY_FLAGS,
+            *extra,
+        ],
+        tmp_path / "sidecar.out",
+    )
     return sc, log
 
 
@@ -43,6 +69,7 @@ def wait_code(sc: SidecarProcess, code: int, reason: str = "", timeout: float = 
     def ok() -> bool:
         c, body = sc.ready()
         return c == code and reason in body["reason"]
+
     assert sc.wait_for(ok, timeout), (sc.ready(), sc.log_path.read_text()[-3000:])
     return sc.ready()[1]
 
@@ -64,7 +91,8 @@ def test_a_restarted_engine_needs_its_own_canary_pass_and_gets_it_at_once(tmp_pa
         # The same engine restarts behind the same log (new pid): the old pass does not vouch for it.
         append(log, ENGINE.replace("pid=412", "pid=990"))
         assert sc.total("vllm_engine_instances_total") > instances or sc.wait_for(
-            lambda: sc.total("vllm_engine_instances_total") > instances, 10)
+            lambda: sc.total("vllm_engine_instances_total") > instances, 10
+        )
         # ...and it is back in service with a pass of its own, long before the 3600 s interval.
         wait_code(sc, 200, "ok")
         assert runs(sc) > before
@@ -115,10 +143,20 @@ def test_a_config_line_without_a_readable_mode_is_not_ready(tmp_path: Path, answ
 
 def qualification_report(tmp_path: Path, failed: str) -> Path:
     base = json.loads(json.dumps(make_baseline(seed=SEED, num_problems=N).__dict__))
-    rows = [{"mode": "NONE", "verdict": "pass"}, {"mode": "FULL_AND_PIECEWISE", "verdict": "pass"},
-            {"mode": failed, "verdict": "fail", "verdict_reason": "205 of 257 comparisons wrong"}]
-    raw = {"kind": "vllm-rocm-qualification", "format": 1, "vllm_version": "0.33.0", "served_model_name": "m",
-           "recommended": "FULL_AND_PIECEWISE", "rows": rows, "baseline": base}
+    rows = [
+        {"mode": "NONE", "verdict": "pass"},
+        {"mode": "FULL_AND_PIECEWISE", "verdict": "pass"},
+        {"mode": failed, "verdict": "fail", "verdict_reason": "205 of 257 comparisons wrong"},
+    ]
+    raw = {
+        "kind": "vllm-rocm-qualification",
+        "format": 1,
+        "vllm_version": "0.33.0",
+        "served_model_name": "m",
+        "recommended": "FULL_AND_PIECEWISE",
+        "rows": rows,
+        "baseline": base,
+    }
     path = tmp_path / "report.json"
     path.write_text(json.dumps(raw))
     return path
@@ -128,16 +166,31 @@ def test_a_mode_the_qualification_failed_is_refused_even_when_vllm_chose_it(tmp_
     # FULL_AND_PIECEWISE asked for; vLLM logs a downgrade to PIECEWISE, which the report failed.
     lines = [x for x in ENGINE.splitlines() if "(decode, FULL)" not in x]
     at = next(i for i, x in enumerate(lines) if "Available KV cache memory" in x)
-    lines.insert(at + 1, "(EngineCore_DP0 pid=412) WARNING 12-02 11:00:05 [gpu_model_runner.py:5094] "
-                 "CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend "
-                 "AiterFlashAttentionBackend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); "
-                 "setting cudagraph_mode=PIECEWISE")
+    lines.insert(
+        at + 1,
+        "(EngineCore_DP0 pid=412) WARNING 12-02 11:00:05 [gpu_model_runner.py:5094] "
+        "CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend "
+        "AiterFlashAttentionBackend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); "
+        "setting cudagraph_mode=PIECEWISE",
+    )
     _, server, _ = answerer
     log = tmp_path / "vllm.log"
     log.write_text("\n".join(lines) + "\n")
     report = qualification_report(tmp_path, "PIECEWISE")
-    sc = SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(report),
-                         "--expected-mode", "FULL_AND_PIECEWISE", *CANARY_FLAGS], tmp_path / "sidecar.out")
+    sc = SidecarProcess(
+        [
+            "--vllm-url",
+            server.url,
+            "--log-source",
+            f"file:{log}",
+            "--qualification",
+            str(report),
+            "--expected-mode",
+            "FULL_AND_PIECEWISE",
+            *CANARY_FLAGS,
+        ],
+        tmp_path / "sidecar.out",
+    )
     try:
         body = wait_code(sc, 503, "qualification report failed")
         assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_failed_qualification") == 1, body
@@ -151,8 +204,20 @@ def test_a_report_that_failed_the_expected_mode_stops_the_start(tmp_path: Path, 
     log.write_text("")
     report = qualification_report(tmp_path, "FULL")
     with pytest.raises(RuntimeError, match="cudagraph_mode FULL failed qualification"):
-        SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(report),
-                        "--expected-mode", "FULL", *CANARY_FLAGS], tmp_path / "sidecar.out")
+        SidecarProcess(
+            [
+                "--vllm-url",
+                server.url,
+                "--log-source",
+                f"file:{log}",
+                "--qualification",
+                str(report),
+                "--expected-mode",
+                "FULL",
+                *CANARY_FLAGS,
+            ],
+            tmp_path / "sidecar.out",
+        )
 
 
 IMAGE_0102 = (FIXTURES / "v0.10.2-image-aiter-fa-full-fp8kv.log").read_text()
@@ -172,8 +237,11 @@ def test_the_allow_list_is_the_only_way_past_a_known_issue(tmp_path: Path, answe
     sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL")
     try:
         wait_code(sc, 503, "known issue")
-        ids = re.findall(r'vllm_known_issue_active\{id="([a-z0-9-]+)",symptom="(?:wrong_tokens|crash)",'
-                         r'verified="true"\} 1\.0', sc.metrics())
+        ids = re.findall(
+            r'vllm_known_issue_active\{id="([a-z0-9-]+)",symptom="(?:wrong_tokens|crash)",'
+            r'verified="true"\} 1\.0',
+            sc.metrics(),
+        )
         assert ids
     finally:
         assert sc.stop() == 0

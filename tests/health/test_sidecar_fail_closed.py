@@ -4,6 +4,7 @@ the flag or field; every log source holds bounded memory and survives bytes that
 
 The server side is the named failure injector of tests/support/injector.py (a real vLLM cannot be told to send
 a list where an object belongs, or NaN logprobs); the live tests do the same against the real vLLM CPU server."""
+
 from __future__ import annotations
 
 import math
@@ -21,16 +22,39 @@ from tests.support.sidecar import SidecarProcess, free_port
 
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
 SEED, N = 7, 6
-CANARY_FLAGS = ["--canary-seed", str(SEED), "--canary-num-problems", str(N), "--canary-idle-probe-after", "0",
-                "--model", "m"]
+CANARY_FLAGS = [
+    "--canary-seed",
+    str(SEED),
+    "--canary-num-problems",
+    str(N),
+    "--canary-idle-probe-after",
+    "0",
+    "--model",
+    "m",
+]
 
 
 @pytest.fixture
 def sidecar(answerer, tmp_path: Path) -> Iterator[SidecarProcess]:
     _, server, path = answerer
-    sc = SidecarProcess(["--vllm-url", server.url, "--log-source", "none", "--canary-baseline", str(path),
-                         "--canary-interval", "1", "--canary-timeout", "3", "--health-interval", "0.2",
-                         *CANARY_FLAGS], tmp_path / "sidecar.out")
+    sc = SidecarProcess(
+        [
+            "--vllm-url",
+            server.url,
+            "--log-source",
+            "none",
+            "--canary-baseline",
+            str(path),
+            "--canary-interval",
+            "1",
+            "--canary-timeout",
+            "3",
+            "--health-interval",
+            "0.2",
+            *CANARY_FLAGS,
+        ],
+        tmp_path / "sidecar.out",
+    )
     yield sc
     assert sc.stop() == 0, sc.log_path.read_text()[-3000:]
 
@@ -81,31 +105,46 @@ def test_an_answer_that_never_completes_is_a_timeout(sidecar: SidecarProcess, an
 
 # -- settings and configuration, refused at start -------------------------------------------------------------
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vllm_rocm_health", "serve", "--listen", f"127.0.0.1:{free_port()}",
-                           *args], capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_health", "serve", "--listen", f"127.0.0.1:{free_port()}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
-@pytest.mark.parametrize(("args", "env", "flag"), [
-    (["--canary-interval", "1000000000000"], {}, "--canary-interval"),
-    (["--canary-interval", "nan"], {}, "--canary-interval"),
-    (["--canary-interval", "inf"], {}, "--canary-interval"),
-    ([], {"VLLM_HEALTH_CANARY_TIMEOUT": "1e9"}, "--canary-timeout"),
-    (["--health-interval", "0"], {}, "--health-interval"),
-    (["--health-timeout", "-1"], {}, "--health-timeout"),
-    (["--canary-fingerprint-tolerance", "5"], {}, "--canary-fingerprint-tolerance"),
-    (["--canary-score-tolerance", "-0.1"], {}, "--canary-score-tolerance"),
-    (["--canary-concurrency", "0"], {}, "--canary-concurrency"),
-    (["--canary-max-requests", "3"], {}, "--canary-max-requests"),
-    (["--canary-max-age-intervals", "0.5"], {}, "--canary-max-age-intervals"),
-])
+@pytest.mark.parametrize(
+    ("args", "env", "flag"),
+    [
+        (["--canary-interval", "1000000000000"], {}, "--canary-interval"),
+        (["--canary-interval", "nan"], {}, "--canary-interval"),
+        (["--canary-interval", "inf"], {}, "--canary-interval"),
+        ([], {"VLLM_HEALTH_CANARY_TIMEOUT": "1e9"}, "--canary-timeout"),
+        (["--health-interval", "0"], {}, "--health-interval"),
+        (["--health-timeout", "-1"], {}, "--health-timeout"),
+        (["--canary-fingerprint-tolerance", "5"], {}, "--canary-fingerprint-tolerance"),
+        (["--canary-score-tolerance", "-0.1"], {}, "--canary-score-tolerance"),
+        (["--canary-concurrency", "0"], {}, "--canary-concurrency"),
+        (["--canary-max-requests", "3"], {}, "--canary-max-requests"),
+        (["--canary-max-age-intervals", "0.5"], {}, "--canary-max-age-intervals"),
+    ],
+)
 def test_out_of_range_settings_are_refused_at_start(args: list[str], env: dict[str, str], flag: str) -> None:
     r = serve(*args, env=env)
     assert r.returncode == 2, r.stderr
     assert flag in r.stderr and "must be a number from" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize(("url", "why"), [("http://[::1", "not a URL"), ("ftp://vllm:8000", "expected http"),
-                                          ("localhost:8000", "expected http"), ("http://", "expected http")])
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://[::1", "not a URL"),
+        ("ftp://vllm:8000", "expected http"),
+        ("localhost:8000", "expected http"),
+        ("http://", "expected http"),
+    ],
+)
 def test_a_malformed_vllm_url_is_refused_at_start(url: str, why: str) -> None:
     r = serve("--vllm-url", url)
     assert r.returncode == 2 and "--vllm-url" in r.stderr and why in r.stderr, r.stderr
@@ -137,11 +176,18 @@ def test_an_unreadable_log_file_is_named(tmp_path: Path, monkeypatch: pytest.Mon
         cfgmod.validate(cfgmod.SidecarConfig(log_source=f"file:{secret}"))
 
 
-@pytest.mark.parametrize(("change", "field"), [({"score": "0.75"}, "score"), ({"score": -1.0}, "score"),
-                                               ({"num_problems": "6"}, "num_problems"),
-                                               ({"fingerprints": "none"}, "fingerprints")])
-def test_a_baseline_of_wrong_types_is_refused_at_start_naming_the_field(tmp_path: Path, change: dict,
-                                                                        field: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"score": "0.75"}, "score"),
+        ({"score": -1.0}, "score"),
+        ({"num_problems": "6"}, "num_problems"),
+        ({"fingerprints": "none"}, "fingerprints"),
+    ],
+)
+def test_a_baseline_of_wrong_types_is_refused_at_start_naming_the_field(
+    tmp_path: Path, change: dict, field: str
+) -> None:
     import json
 
     raw = json.loads(json.dumps(make_baseline(seed=SEED, num_problems=N).__dict__))
@@ -156,8 +202,10 @@ def test_a_baseline_of_wrong_types_is_refused_at_start_naming_the_field(tmp_path
 def test_a_log_file_that_is_not_there_yet_is_a_readiness_reason(tmp_path: Path, answerer) -> None:
     _, server, _ = answerer
     log = tmp_path / "vllm.log"
-    sc = SidecarProcess(["--vllm-url", server.url, "--log-source", f"file:{log}", "--health-interval", "0.2",
-                         "--no-canary-enabled"], tmp_path / "sidecar.out")
+    sc = SidecarProcess(
+        ["--vllm-url", server.url, "--log-source", f"file:{log}", "--health-interval", "0.2", "--no-canary-enabled"],
+        tmp_path / "sidecar.out",
+    )
     try:
         assert sc.wait_for(lambda: "does not exist (yet)" in sc.ready()[1]["reason"], 20), sc.ready()
         assert sc.ready()[0] == 503
@@ -185,10 +233,27 @@ def test_stdin_bounded_memory_and_undecodable_bytes(tmp_path: Path, answerer) ->
     port = free_port()
     out = (tmp_path / "sidecar.out").open("wb")
     env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict", "LC_ALL": "C.UTF-8", "PYTHONUTF8": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "vllm_rocm_health", "serve", "--listen", f"127.0.0.1:{port}",
-                             "--vllm-url", server.url, "--log-source", "stdin", "--health-interval", "0.2",
-                             "--no-canary-enabled"],
-                            stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_health",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--vllm-url",
+            server.url,
+            "--log-source",
+            "stdin",
+            "--health-interval",
+            "0.2",
+            "--no-canary-enabled",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     try:
         assert proc.stdin is not None
         block = b"x" * (1 << 20)

@@ -1,5 +1,6 @@
 """The sidecar judges known-issues/known-issues.json from the log: facts parsed, issues active / possible /
 mitigated exactly as the shared evaluator says, exported as vllm_known_issue_active{id,symptom,verified}."""
+
 from __future__ import annotations
 
 import json
@@ -57,10 +58,15 @@ P = "(EngineCore_DP0 pid=412) INFO 12-02 11:00:02 "  # vLLM's own prefix: only s
         (P + "[rocm.py:253] Using Aiter Flash Attention backend.", "ROCM_AITER_FA"),  # 0.14
         (P + "[rocm.py:262] Using Aiter Unified Attention backend.", "ROCM_AITER_UNIFIED_ATTN"),
         (P + "[rocm.py:200] Using AITER MLA backend on V1 engine.", "ROCM_AITER_MLA"),
-        (P + "[rocm.py:548] Using ROCM_ATTN backend out of potential backends: ['ROCM_ATTN', 'ROCM_AITER_FA'].",
-         "ROCM_ATTN"),  # 0.20+
-        (P + "[rocm.py:539] Found incompatible backend(s) [TURBOQUANT] with AttentionType.DECODER. Overriding with"
-         " ROCM_ATTN out of potential backends: ['ROCM_ATTN', 'ROCM_AITER_FA', 'TRITON_ATTN'].", "ROCM_ATTN"),
+        (
+            P + "[rocm.py:548] Using ROCM_ATTN backend out of potential backends: ['ROCM_ATTN', 'ROCM_AITER_FA'].",
+            "ROCM_ATTN",
+        ),  # 0.20+
+        (
+            P + "[rocm.py:539] Found incompatible backend(s) [TURBOQUANT] with AttentionType.DECODER. Overriding with"
+            " ROCM_ATTN out of potential backends: ['ROCM_ATTN', 'ROCM_AITER_FA', 'TRITON_ATTN'].",
+            "ROCM_ATTN",
+        ),
         (P + "[rocm.py:494] Using ROCM_AITER_FA backend (selected via --attention-backend).", "ROCM_AITER_FA"),
         # the encoder's, not the model's
         (P + "[rocm.py:300] Using AITER Flash Attention backend for ViT model.", None),
@@ -84,8 +90,10 @@ def test_unpatched_image_hits_the_seed_and_the_fp8_issue_on_gfx950() -> None:
 
 
 def test_the_distribution_image_patches_mitigate() -> None:
-    patches = ["vllm-0.10.2/0001-rocm-aiter-fa-uniform-single-token-decode.patch",
-               "vllm-0.10.2/0002-rocm-aiter-fa-fp8-kv-cache-platform-dtype.patch"]
+    patches = [
+        "vllm-0.10.2/0001-rocm-aiter-fa-uniform-single-token-decode.patch",
+        "vllm-0.10.2/0002-rocm-aiter-fa-fp8-kv-cache-platform-dtype.patch",
+    ]
     st = state_of("v0.10.2-image-aiter-fa-full-fp8kv.log", {'"patches": []': f'"patches": {json.dumps(patches)}'})
     got = active(KnownIssueJudge(DATA, arch="gfx950"), st)
     assert "aiter-fa-full-cudagraph-always" not in got and "aiter-fa-fp8-kv-cache-fnuz-view" not in got
@@ -116,9 +124,11 @@ def test_triton_attn_default_mode_on_0_33() -> None:
 
 def test_restart_keeps_image_facts_and_resets_engine_facts() -> None:
     st = state_of("v0.10.2-image-aiter-fa-full-fp8kv.log")
-    st.feed("(EngineCore_DP0 pid=413) INFO 12-02 11:10:01 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with "
-            "config: model='m', speculative_config=None, tensor_parallel_size=1, quantization=None, "
-            "enforce_eager=False, kv_cache_dtype=auto, compilation_config={\"level\":3,\"cudagraph_mode\":1}")
+    st.feed(
+        "(EngineCore_DP0 pid=413) INFO 12-02 11:10:01 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with "
+        "config: model='m', speculative_config=None, tensor_parallel_size=1, quantization=None, "
+        'enforce_eager=False, kv_cache_dtype=auto, compilation_config={"level":3,"cudagraph_mode":1}'
+    )
     assert st.restarts == 1 and st.image_facts["rocm"] == "7.0.0"
     assert st.engine.attention_backend == "" and st.engine.kv_cache_dtype == "auto"
 
@@ -127,8 +137,10 @@ def test_metrics_export_every_issue_and_the_active_ones() -> None:
     status = SidecarStatus(state_of("v0.10.2-image-aiter-fa-full-fp8kv.log"))
     text = generate_latest(make_registry(status, KnownIssueJudge(DATA, arch="gfx950"))).decode()
     assert "vllm_known_issues_evaluated 1.0" in text
-    assert ('vllm_known_issue_active{id="aiter-fa-full-cudagraph-always",symptom="wrong_tokens",verified="true"} 1.0'
-            in text)
+    assert (
+        'vllm_known_issue_active{id="aiter-fa-full-cudagraph-always",symptom="wrong_tokens",verified="true"} 1.0'
+        in text
+    )
     crash = 'vllm_known_issue_active{id="triton-attn-rocm-full-capture-fault",symptom="crash",verified="true"} 0.0'
     assert crash in text
     assert text.count("vllm_known_issue_active{") == len(DATA.issues)  # one series per row: 0 or 1

@@ -1,5 +1,6 @@
 """The real sidecar process: follows a log file, serves /metrics and /readyz, survives a failing vLLM,
 passes `promtool check metrics`, and is scraped by a real Prometheus server."""
+
 from __future__ import annotations
 
 import http.server
@@ -56,8 +57,20 @@ def fake_vllm() -> Iterator[FailureInjectingVllmHealth]:
 def sidecar(tmp_path: Path, fake_vllm: FailureInjectingVllmHealth) -> Iterator[tuple[SidecarProcess, Path]]:
     log = tmp_path / "vllm.log"
     log.write_text("")
-    sc = SidecarProcess(["--vllm-url", fake_vllm.url, "--log-source", f"file:{log}", "--health-interval", "0.2",
-                         "--health-timeout", "0.5", "--no-canary-enabled"], tmp_path / "sidecar.log")
+    sc = SidecarProcess(
+        [
+            "--vllm-url",
+            fake_vllm.url,
+            "--log-source",
+            f"file:{log}",
+            "--health-interval",
+            "0.2",
+            "--health-timeout",
+            "0.5",
+            "--no-canary-enabled",
+        ],
+        tmp_path / "sidecar.log",
+    )
     yield sc, log
     assert sc.stop() == 0
 
@@ -127,15 +140,28 @@ def test_promtool_check_metrics(sidecar) -> None:
 def test_bad_flags_are_clear(tmp_path: Path) -> None:
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "serve", "--log-source", "syslog"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_health", "serve", "--log-source", "syslog"], capture_output=True, text=True
+    )
     assert res.returncode == 2 and "use file:PATH, stdin, k8s or none" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "serve", "--expected-mode", "FAST"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_health", "serve", "--expected-mode", "FAST"], capture_output=True, text=True
+    )
     assert res.returncode == 2 and "not a cudagraph_mode" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "vllm_rocm_health", "serve", "--canary-baseline",
-                          str(tmp_path / "none.json"), "--listen", f"127.0.0.1:{free_port()}"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_health",
+            "serve",
+            "--canary-baseline",
+            str(tmp_path / "none.json"),
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and "not found: record one" in res.stderr
 
 
@@ -155,8 +181,13 @@ def test_env_vars_configure_it(tmp_path: Path) -> None:
 def test_real_prometheus_scrapes_the_sidecar(sidecar, tmp_path: Path) -> None:
     sc, log = sidecar
     append(log, (FIXTURES / "v0.14.0-dict-default.log").read_text())
-    prom = PrometheusServer(tmp_path / "prom", free_port(), [ScrapeTarget("vllm-rocm-health", f"127.0.0.1:{sc.port}")],
-                            scrape_interval="1s", evaluation_interval="1s")
+    prom = PrometheusServer(
+        tmp_path / "prom",
+        free_port(),
+        [ScrapeTarget("vllm-rocm-health", f"127.0.0.1:{sc.port}")],
+        scrape_interval="1s",
+        evaluation_interval="1s",
+    )
     prom.start()
     try:
         deadline = time.monotonic() + 20

@@ -2,6 +2,7 @@
 its reason and is restarted with back-off; one that hangs is reported stuck; a canary pass that is older than
 N intervals no longer counts. The Sidecar runs in-process with its real threads and HTTP endpoints; the faults
 are put into its own loops (no outside input makes them die)."""
+
 from __future__ import annotations
 
 import json
@@ -101,10 +102,22 @@ def running(tmp_path: Path) -> Iterator[tuple[Sidecar, str, CanaryAnswerer]]:
     log = tmp_path / "vllm.log"
     log.write_text((FIXTURES / "v0.14.0-eager.log").read_text())
     port = free_port()
-    cfg = SidecarConfig(vllm_url=server.url, listen=f"127.0.0.1:{port}", log_source=f"file:{log}",
-                        health_interval=0.2, model="m",
-                        canary=CanaryConfig(baseline=str(tmp_path / "b.json"), seed=7, num_problems=4, interval=1.0,
-                                            max_age_intervals=2.0, timeout=3.0, idle_probe_after=0.0))
+    cfg = SidecarConfig(
+        vllm_url=server.url,
+        listen=f"127.0.0.1:{port}",
+        log_source=f"file:{log}",
+        health_interval=0.2,
+        model="m",
+        canary=CanaryConfig(
+            baseline=str(tmp_path / "b.json"),
+            seed=7,
+            num_problems=4,
+            interval=1.0,
+            max_age_intervals=2.0,
+            timeout=3.0,
+            idle_probe_after=0.0,
+        ),
+    )
     sidecar = Sidecar(cfg, EventPoster(None))
     sidecar.start()
     url = f"http://127.0.0.1:{port}"

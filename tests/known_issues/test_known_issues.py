@@ -82,8 +82,9 @@ def test_rows_reach_the_newest_release_checked() -> None:
     for i in DATA.issues:
         if not i.first_fixed and not i.vllm.contains(newest):
             assert any("upper bound" in c for c in i.raw["checks"]), (i.id, newest)
-    fixed_later = [i.id for i in DATA.issues if i.first_fixed and ki.Version.parse(i.first_fixed)
-                   > ki.Version.parse(newest)]
+    fixed_later = [
+        i.id for i in DATA.issues if i.first_fixed and ki.Version.parse(i.first_fixed) > ki.Version.parse(newest)
+    ]
     assert fixed_later == []
 
 
@@ -175,8 +176,13 @@ def test_blocking_semantics() -> None:
     for build in ("0.10.2+rocm700", "0.10.2rc1", "0.10.2rc3", "0.10.2.dev383+g1234abc.rocm700"):
         assert seed.id in {m.issue.id for m in DATA.blocking(dataclasses.replace(cfg, release=build))}, build
     # a dev build or rc of the fixing release is not assumed fixed; its final and post releases are
-    for build, blocked in (("0.11.0rc1", True), ("0.11.0.dev5+g1", True), ("0.11.0", False), ("0.11.0+rocm700", False),
-                           ("0.11.0.post1", False)):
+    for build, blocked in (
+        ("0.11.0rc1", True),
+        ("0.11.0.dev5+g1", True),
+        ("0.11.0", False),
+        ("0.11.0+rocm700", False),
+        ("0.11.0.post1", False),
+    ):
         assert (seed.id in {m.issue.id for m in DATA.blocking(dataclasses.replace(cfg, release=build))}) is blocked
     # the patch is for the final release: a pre-release of it is not mitigated by its name
     assert DATA.blocking(dataclasses.replace(patched, release="0.10.2rc1"))
@@ -200,8 +206,14 @@ def test_triton_full_capture_fault_bounds_and_scope() -> None:
     inside the reported GPU/model pairs; MI300X with another model (the default mode with aiter.enabled=false on
     0.14-0.18) is `possible`."""
     row = DATA.get("triton-attn-rocm-full-capture-fault")
-    base = ki.Config(release="0.14.0", arch="gfx942", attention_backend="TRITON_ATTN", mode="FULL_AND_PIECEWISE",
-                     env={}, architecture="LlamaForCausalLM")
+    base = ki.Config(
+        release="0.14.0",
+        arch="gfx942",
+        attention_backend="TRITON_ATTN",
+        mode="FULL_AND_PIECEWISE",
+        env={},
+        architecture="LlamaForCausalLM",
+    )
     assert DATA.match(row, base).status == ki.POSSIBLE and DATA.match(row, base).scope == ki.OUTSIDE
     assert row.id not in {m.issue.id for m in DATA.blocking(base)}
     step = dataclasses.replace(base, architecture="Step3p5ForCausalLM")
@@ -214,8 +226,9 @@ def test_triton_full_capture_fault_bounds_and_scope() -> None:
     assert row.id in {m.issue.id for m in DATA.blocking(rdna)}
 
 
-@pytest.mark.parametrize("release", ["latest", "0.10.x", "0." + "9" * 5000, "0.1234567890", "x" * 300,
-                                     "1.2.3.4.5.6.7.8.9.10.11"])
+@pytest.mark.parametrize(
+    "release", ["latest", "0.10.x", "0." + "9" * 5000, "0.1234567890", "x" * 300, "1.2.3.4.5.6.7.8.9.10.11"]
+)
 def test_a_bad_release_is_an_error_not_a_guess(release: str) -> None:
     with pytest.raises(ki.KnownIssuesError):
         DATA.evaluate(ki.Config(release=release))
@@ -225,11 +238,19 @@ def test_a_bad_release_is_an_error_not_a_guess(release: str) -> None:
         ki.infer_attention_backend(release, env={})
 
 
-@pytest.mark.parametrize("cfg", [
-    ki.Config(tensor_parallel_size="8"), ki.Config(max_num_seqs=True), ki.Config(max_num_seqs=10**12),
-    ki.Config(release=0.10), ki.Config(env={"VLLM_ROCM_USE_AITER": 1}), ki.Config(env=["x"]),
-    ki.Config(architecture="A" * 500), ki.Config(rocm="7." + "1" * 5000),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        ki.Config(tensor_parallel_size="8"),
+        ki.Config(max_num_seqs=True),
+        ki.Config(max_num_seqs=10**12),
+        ki.Config(release=0.10),
+        ki.Config(env={"VLLM_ROCM_USE_AITER": 1}),
+        ki.Config(env=["x"]),
+        ki.Config(architecture="A" * 500),
+        ki.Config(rocm="7." + "1" * 5000),
+    ],
+)
 def test_a_bad_configuration_is_an_error_not_a_guess(cfg: ki.Config) -> None:
     with pytest.raises(ki.KnownIssuesError):
         DATA.evaluate(cfg)
@@ -249,26 +270,37 @@ def test_release_report_for_the_supported_releases() -> None:
 
 # --- attention backends ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, canonical", [
-    ("TRITON_ATTN_VLLM_V1", "TRITON_ATTN"), ("triton_attn", "TRITON_ATTN"), ("FLASH_ATTN_VLLM_V1", "ROCM_AITER_FA"),
-    ("FLASH_ATTN", "ROCM_AITER_FA"), ("ROCM_AITER_MLA_VLLM_V1", "ROCM_AITER_MLA"), ("ROCM_ATTN", "ROCM_ATTN"),
-    ("Using Flash Attention backend on V1 engine.", "ROCM_AITER_FA"),
-    ("Using Aiter Flash Attention backend.", "ROCM_AITER_FA"),
-    ("Using Triton Attention backend on V1 engine.", "TRITON_ATTN"),
-    ("Using Rocm/Aiter Attention backend on V1 engine.", "ROCM_ATTN"),
-    ("Using Aiter Unified Attention backend.", "ROCM_AITER_UNIFIED_ATTN"),
-    ("Using AITER MLA backend", "ROCM_AITER_MLA"),
-    ("Using AITER TRITON MLA backend.", "ROCM_AITER_TRITON_MLA"),
-    ("Using Sparse MLA backend.", "ROCM_AITER_MLA_SPARSE"),
-    ("AiterFlashAttentionMetadataBuilder", "ROCM_AITER_FA"), ("AiterFlashAttentionBackend", "ROCM_AITER_FA"),
-    ("TritonAttentionMetadataBuilder", "TRITON_ATTN"), ("RocmAttentionBackend", "ROCM_ATTN"),
-])
+
+@pytest.mark.parametrize(
+    "name, canonical",
+    [
+        ("TRITON_ATTN_VLLM_V1", "TRITON_ATTN"),
+        ("triton_attn", "TRITON_ATTN"),
+        ("FLASH_ATTN_VLLM_V1", "ROCM_AITER_FA"),
+        ("FLASH_ATTN", "ROCM_AITER_FA"),
+        ("ROCM_AITER_MLA_VLLM_V1", "ROCM_AITER_MLA"),
+        ("ROCM_ATTN", "ROCM_ATTN"),
+        ("Using Flash Attention backend on V1 engine.", "ROCM_AITER_FA"),
+        ("Using Aiter Flash Attention backend.", "ROCM_AITER_FA"),
+        ("Using Triton Attention backend on V1 engine.", "TRITON_ATTN"),
+        ("Using Rocm/Aiter Attention backend on V1 engine.", "ROCM_ATTN"),
+        ("Using Aiter Unified Attention backend.", "ROCM_AITER_UNIFIED_ATTN"),
+        ("Using AITER MLA backend", "ROCM_AITER_MLA"),
+        ("Using AITER TRITON MLA backend.", "ROCM_AITER_TRITON_MLA"),
+        ("Using Sparse MLA backend.", "ROCM_AITER_MLA_SPARSE"),
+        ("AiterFlashAttentionMetadataBuilder", "ROCM_AITER_FA"),
+        ("AiterFlashAttentionBackend", "ROCM_AITER_FA"),
+        ("TritonAttentionMetadataBuilder", "TRITON_ATTN"),
+        ("RocmAttentionBackend", "ROCM_ATTN"),
+    ],
+)
 def test_every_spelling_of_a_backend_is_one_name(name: str, canonical: str) -> None:
     assert ki.canonical_attention_backend(name) == canonical
 
 
-@pytest.mark.parametrize("name", ["", "TRITON-ATTN", "TRITON_ATN", "Using Flash Attention backend for ViT model.",
-                                  "x" * 500, None])
+@pytest.mark.parametrize(
+    "name", ["", "TRITON-ATTN", "TRITON_ATN", "Using Flash Attention backend for ViT model.", "x" * 500, None]
+)
 def test_an_unknown_backend_name_is_an_error_and_unknown_to_the_evaluator(name: object) -> None:
     with pytest.raises(ki.KnownIssuesError):
         ki.canonical_attention_backend(name)  # type: ignore[arg-type]
@@ -280,8 +312,11 @@ def test_an_unknown_backend_name_is_an_error_and_unknown_to_the_evaluator(name: 
 
 def test_a_row_triggers_on_every_spelling() -> None:
     row = DATA.get("triton-attn-fp8-kv-q-scale-capture")
-    for name in ("TRITON_ATTN_VLLM_V1", "Using Triton Attention backend on V1 engine.",
-                 "TritonAttentionMetadataBuilder"):
+    for name in (
+        "TRITON_ATTN_VLLM_V1",
+        "Using Triton Attention backend on V1 engine.",
+        "TritonAttentionMetadataBuilder",
+    ):
         cfg = dataclasses.replace(ki.example_config(row), attention_backend=name)
         assert [m.issue.id for m in DATA.blocking(cfg)] == [row.id], name
 
@@ -289,27 +324,45 @@ def test_a_row_triggers_on_every_spelling() -> None:
 AITER = {"VLLM_ROCM_USE_AITER": "1"}
 # (release, arch, env, explicit) -> what vLLM picks (known_issues.infer_attention_backend's docstring).
 INFERENCE = [
-    ("0.10.2", None, {}, None, "TRITON_ATTN"), ("0.10.2", None, AITER, None, "ROCM_AITER_FA"),
-    ("0.10.2rc1", None, AITER, None, "ROCM_AITER_FA"), ("0.10.2", "gfx1100", AITER, None, "TRITON_ATTN"),
+    ("0.10.2", None, {}, None, "TRITON_ATTN"),
+    ("0.10.2", None, AITER, None, "ROCM_AITER_FA"),
+    ("0.10.2rc1", None, AITER, None, "ROCM_AITER_FA"),
+    ("0.10.2", "gfx1100", AITER, None, "TRITON_ATTN"),
     ("0.10.2", "gfx942:sramecc+:xnack-", {**AITER, "VLLM_ROCM_USE_AITER_MHA": "0"}, None, "TRITON_ATTN"),
     ("0.10.2", None, AITER, "TRITON_ATTN", "ROCM_AITER_FA"),  # no selection on 0.10.x V1
     ("0.10.2", None, {**AITER, "VLLM_USE_V1": "0"}, None, None),  # V0: not modelled
     ("0.11.0", None, {"VLLM_V1_USE_PREFILL_DECODE_ATTENTION": "1"}, None, "ROCM_ATTN"),
-    ("0.11.0", None, {**AITER, "VLLM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": "0"}, None,
-     "ROCM_ATTN"),
+    (
+        "0.11.0",
+        None,
+        {**AITER, "VLLM_USE_AITER_UNIFIED_ATTENTION": "1", "VLLM_ROCM_USE_AITER_MHA": "0"},
+        None,
+        "ROCM_ATTN",
+    ),
     ("0.11.0", None, {"VLLM_ATTENTION_BACKEND": "ROCM_ATTN"}, None, "ROCM_ATTN"),
-    ("0.11.2", None, {**AITER, "VLLM_ROCM_USE_AITER_MHA": "0", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"}, None,
-     "ROCM_AITER_UNIFIED_ATTN"),
-    ("0.11.2", None, {}, None, "TRITON_ATTN"), ("0.12.0", None, AITER, None, "ROCM_AITER_FA"),
+    (
+        "0.11.2",
+        None,
+        {**AITER, "VLLM_ROCM_USE_AITER_MHA": "0", "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"},
+        None,
+        "ROCM_AITER_UNIFIED_ATTN",
+    ),
+    ("0.11.2", None, {}, None, "TRITON_ATTN"),
+    ("0.12.0", None, AITER, None, "ROCM_AITER_FA"),
     ("0.14.0", None, {**AITER, "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "1"}, None, "ROCM_AITER_UNIFIED_ATTN"),
-    ("0.14.0", None, {}, "ROCM_AITER_FA", "ROCM_AITER_FA"), ("0.14.0", "gfx1100", {}, "ROCM_AITER_FA", None),
+    ("0.14.0", None, {}, "ROCM_AITER_FA", "ROCM_AITER_FA"),
+    ("0.14.0", "gfx1100", {}, "ROCM_AITER_FA", None),
     ("0.14.0", None, {}, "FLASHINFER", None),
     ("0.14.0", None, {"VLLM_ATTENTION_BACKEND": "ROCM_ATTN"}, None, "ROCM_ATTN"),
     ("0.15.0", None, {"VLLM_ATTENTION_BACKEND": "ROCM_ATTN"}, None, "TRITON_ATTN"),  # the variable is gone
-    ("0.17.1", None, {}, None, "TRITON_ATTN"), ("0.18.0", "gfx90a", AITER, None, "TRITON_ATTN"),
-    ("0.18.0", "gfx942", AITER, None, "ROCM_AITER_FA"), ("0.19.0", None, AITER, None, None),
-    ("0.19.0", None, None, "ROCM_AITER_FA", "ROCM_AITER_FA"), ("0.34.0", None, {}, None, None),
-    ("0.10.2", None, None, None, None), (None, None, AITER, None, None),
+    ("0.17.1", None, {}, None, "TRITON_ATTN"),
+    ("0.18.0", "gfx90a", AITER, None, "TRITON_ATTN"),
+    ("0.18.0", "gfx942", AITER, None, "ROCM_AITER_FA"),
+    ("0.19.0", None, AITER, None, None),
+    ("0.19.0", None, None, "ROCM_AITER_FA", "ROCM_AITER_FA"),
+    ("0.34.0", None, {}, None, None),
+    ("0.10.2", None, None, None, None),
+    (None, None, AITER, None, None),
 ]
 
 
@@ -334,18 +387,22 @@ def test_the_inference_rests_on_the_released_selection_code(version: str) -> Non
         assert "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION" in text and "_get_backend_priorities" not in text
         assert "is only supported on gfx9 architectures" in text
     else:
-        priorities = text[text.index("def _get_backend_priorities"):]
-        priorities = priorities[:priorities.index("return backends")]
+        priorities = text[text.index("def _get_backend_priorities") :]
+        priorities = priorities[: priorities.index("return backends")]
         rocm_attn_first = re.search(r"backends = \[\s*AttentionBackendEnum\.ROCM_ATTN", priorities) or re.search(
             r"backends = \[\]\s*(#[^\n]*\n\s*)*if not use_kv_connector:\s*"
-            r"backends\.append\(AttentionBackendEnum\.ROCM_ATTN\)", priorities)
+            r"backends\.append\(AttentionBackendEnum\.ROCM_ATTN\)",
+            priorities,
+        )
         assert (minor >= (0, 19)) == bool(rocm_attn_first), version
         assert "Using %s" in text and "out of potential backends" in text
 
 
 # --- the threads the project cites ---------------------------------------------------------------------------------
 
-_REF = re.compile(r"(?:\b(vllm)|\bROCm/([\w.-]+))?#(\d{3,6})\b|https://github\.com/([\w.-]+)/([\w.-]+)/(?:issues|pull)/(\d+)")
+_REF = re.compile(
+    r"(?:\b(vllm)|\bROCm/([\w.-]+))?#(\d{3,6})\b|https://github\.com/([\w.-]+)/([\w.-]+)/(?:issues|pull)/(\d+)"
+)
 
 
 def _key(url: str) -> tuple[str, str]:
@@ -357,8 +414,13 @@ def _key(url: str) -> tuple[str, str]:
 def cited_threads() -> dict[tuple[str, str], list[str]]:
     """Every vllm#N, ROCm/<repo>#N, bare #N (vLLM) and GitHub thread URL the runbook, the chart, the canary, the
     qualify shapes and any README cite (the generated known-issues table excepted: it is the data)."""
-    files = [p for p in REPO_ROOT.rglob("*.md") if not {".work", ".pytest_cache", "node_modules"} & set(p.parts)
-             and "tests" not in p.relative_to(REPO_ROOT).parts and p != DIR / "README.md"]
+    files = [
+        p
+        for p in REPO_ROOT.rglob("*.md")
+        if not {".work", ".pytest_cache", "node_modules"} & set(p.parts)
+        and "tests" not in p.relative_to(REPO_ROOT).parts
+        and p != DIR / "README.md"
+    ]
     chart = REPO_ROOT / "charts" / "vllm-rocm"
     files += [p for p in (chart / "templates").rglob("*") if p.is_file()]
     files += [p for p in (chart / "files").glob("*.yaml")] + list((chart / "docs").rglob("*.md"))
@@ -391,6 +453,7 @@ def test_rejected_candidates_are_not_rows_and_say_why() -> None:
 
 
 # --- README, CLI --------------------------------------------------------------------------------------------------
+
 
 def test_readme_table_is_generated_from_the_data() -> None:
     text = (DIR / "README.md").read_text()
@@ -433,16 +496,30 @@ def test_loader_refuses_malformed_data(mutate, message: str, tmp_path: Path) -> 
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vllm_rocm_patches", *args], capture_output=True, text=True,
-                          timeout=60, env={"PYTHONPATH": PATCH_TOOL_PYTHONPATH, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_patches", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": PATCH_TOOL_PYTHONPATH, **(env or {})},
+    )
 
 
 def test_cli_judges_a_configuration() -> None:
     r = _cli("known-issues", "--release", "0.10.2", "--backend", "ROCM_AITER_FA", "--mode", "FULL", "--json")
     assert r.returncode == 1, r.stderr
     assert json.loads(r.stdout)["blocking"] == ["aiter-fa-full-cudagraph-always"]
-    r = _cli("known-issues", "--release", "0.10.2", "--backend", "ROCM_AITER_FA", "--mode", "FULL",
-             "--patch", "vllm-0.10.2/0001-rocm-aiter-fa-uniform-single-token-decode.patch")
+    r = _cli(
+        "known-issues",
+        "--release",
+        "0.10.2",
+        "--backend",
+        "ROCM_AITER_FA",
+        "--mode",
+        "FULL",
+        "--patch",
+        "vllm-0.10.2/0001-rocm-aiter-fa-uniform-single-token-decode.patch",
+    )
     assert r.returncode == 0 and "mitigated by vllm-0.10.2/0001" in r.stdout, r.stdout
     r = _cli("known-issues", "--release", "0.10.2", "--env", "BROKEN")
     assert r.returncode == 2 and "NAME=VALUE" in r.stderr
@@ -459,8 +536,18 @@ def test_cli_infers_the_backend_as_the_chart_does() -> None:
     assert r.returncode == 1 and "aiter-fa-full-cudagraph-always [wrong_tokens]: BLOCKS" in r.stdout, r.stdout
     # 0.10.x's own name for Triton: the FP8 KV q_scale row blocks, as with TRITON_ATTN
     for name in ("TRITON_ATTN_VLLM_V1", "TRITON_ATTN"):
-        r = _cli("known-issues", "--release", "0.10.2", "--backend", name, "--kv-cache-dtype", "fp8", "--mode",
-                 "FULL_AND_PIECEWISE", "--json")
+        r = _cli(
+            "known-issues",
+            "--release",
+            "0.10.2",
+            "--backend",
+            name,
+            "--kv-cache-dtype",
+            "fp8",
+            "--mode",
+            "FULL_AND_PIECEWISE",
+            "--json",
+        )
         assert r.returncode == 1 and json.loads(r.stdout)["blocking"] == ["triton-attn-fp8-kv-q-scale-capture"], name
     r = _cli("known-issues", "--release", "0.10.2", "--backend", "TRITON-ATTN")
     assert r.returncode == 2 and "not an attention backend" in r.stderr
@@ -475,20 +562,52 @@ def test_missing_data_is_a_usage_error(tmp_path: Path) -> None:
 
 # --- anything a log line or a client can put in: a KnownIssuesError or an answer, never another exception ---------
 
-_TEXT = st.one_of(st.text(max_size=300), st.sampled_from(
-    ["0.10.2", "0.10.2rc1", "0.11.0.dev5+g1.rocm700", "0." + "9" * 5000, "TRITON_ATTN_VLLM_V1", "gfx942:xnack-",
-     "Using Triton Attention backend.", "FULL", "fp8", "1" * 4400, "\x00", "7.2.4"]))
+_TEXT = st.one_of(
+    st.text(max_size=300),
+    st.sampled_from(
+        [
+            "0.10.2",
+            "0.10.2rc1",
+            "0.11.0.dev5+g1.rocm700",
+            "0." + "9" * 5000,
+            "TRITON_ATTN_VLLM_V1",
+            "gfx942:xnack-",
+            "Using Triton Attention backend.",
+            "FULL",
+            "fp8",
+            "1" * 4400,
+            "\x00",
+            "7.2.4",
+        ]
+    ),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(release=st.one_of(st.none(), _TEXT), rocm=st.one_of(st.none(), _TEXT), arch=st.one_of(st.none(), _TEXT),
-       backend=st.one_of(st.none(), _TEXT), mode=st.one_of(st.none(), _TEXT), architecture=st.one_of(st.none(), _TEXT),
-       env=st.one_of(st.none(), st.dictionaries(_TEXT, _TEXT, max_size=4)),
-       n=st.one_of(st.none(), st.integers(-10, 10**12), st.text(max_size=5)))
-def test_fuzzed_configurations_are_judged_or_refused_cleanly(release, rocm, arch, backend, mode, architecture, env,
-                                                             n) -> None:  # noqa: ANN001
-    cfg = ki.Config(release=release, rocm=rocm, arch=arch, attention_backend=backend, mode=mode,
-                    architecture=architecture, env=env, max_num_seqs=n, tensor_parallel_size=n)
+@given(
+    release=st.one_of(st.none(), _TEXT),
+    rocm=st.one_of(st.none(), _TEXT),
+    arch=st.one_of(st.none(), _TEXT),
+    backend=st.one_of(st.none(), _TEXT),
+    mode=st.one_of(st.none(), _TEXT),
+    architecture=st.one_of(st.none(), _TEXT),
+    env=st.one_of(st.none(), st.dictionaries(_TEXT, _TEXT, max_size=4)),
+    n=st.one_of(st.none(), st.integers(-10, 10**12), st.text(max_size=5)),
+)
+def test_fuzzed_configurations_are_judged_or_refused_cleanly(
+    release, rocm, arch, backend, mode, architecture, env, n
+) -> None:  # noqa: ANN001
+    cfg = ki.Config(
+        release=release,
+        rocm=rocm,
+        arch=arch,
+        attention_backend=backend,
+        mode=mode,
+        architecture=architecture,
+        env=env,
+        max_num_seqs=n,
+        tensor_parallel_size=n,
+    )
     try:
         DATA.evaluate(cfg)
         DATA.blocking(cfg)

@@ -1,5 +1,6 @@
 """One list of cudagraph modes (vllm_rocm_known_issues.evaluator.MODES): every other statement of it is derived from
 it or checked equal here, and vLLM's own released enum has exactly these names."""
+
 from __future__ import annotations
 
 import json

@@ -14,16 +14,62 @@ from vllm_rocm_known_issues.pep440 import InvalidSpecifier, InvalidVersion, Spec
 from tests.support.vllm_releases import REPO_ROOT
 
 VERSIONS = [
-    "0", "0.9.2", "0.10.0", "0.10.1", "0.10.1.1", "0.10.1.1+rocm641", "0.10.2", "0.10.2+rocm700", "0.10.2.post1",
-    "0.10.2.dev5", "0.10.2rc1", "0.10.2a1", "0.10.2b2", "0.10.2rc1.dev3", "0.10.2.post1.dev1", "0.10.3",
-    "0.11.0.dev0", "0.11.0.dev123+g1234abc", "0.11.0rc1", "0.11.0rc2", "0.11.0", "0.11.0+rocm721", "0.11.0.0",
-    "0.11.1", "0.15.0.dev0", "0.15.0.dev7+gabc", "0.15.0rc0", "0.15.0", "0.22.1rc1.dev42+g0a1b", "0.33.0",
-    "1!0.1", "7.2.0", "7.2.3", "7.2.4", "7.1.1", "7.2.0-1", "v0.10.2", "0.10.2.RC1", "0.10.2.dev383+g1234abc.rocm700",
-    "0.26.1rc1.dev668+g3ee2df303", "7.13",
+    "0",
+    "0.9.2",
+    "0.10.0",
+    "0.10.1",
+    "0.10.1.1",
+    "0.10.1.1+rocm641",
+    "0.10.2",
+    "0.10.2+rocm700",
+    "0.10.2.post1",
+    "0.10.2.dev5",
+    "0.10.2rc1",
+    "0.10.2a1",
+    "0.10.2b2",
+    "0.10.2rc1.dev3",
+    "0.10.2.post1.dev1",
+    "0.10.3",
+    "0.11.0.dev0",
+    "0.11.0.dev123+g1234abc",
+    "0.11.0rc1",
+    "0.11.0rc2",
+    "0.11.0",
+    "0.11.0+rocm721",
+    "0.11.0.0",
+    "0.11.1",
+    "0.15.0.dev0",
+    "0.15.0.dev7+gabc",
+    "0.15.0rc0",
+    "0.15.0",
+    "0.22.1rc1.dev42+g0a1b",
+    "0.33.0",
+    "1!0.1",
+    "7.2.0",
+    "7.2.3",
+    "7.2.4",
+    "7.1.1",
+    "7.2.0-1",
+    "v0.10.2",
+    "0.10.2.RC1",
+    "0.10.2.dev383+g1234abc.rocm700",
+    "0.26.1rc1.dev668+g3ee2df303",
+    "7.13",
 ]
 # The shapes the data uses: >=FIRST_AFFECTED and/or <FIRST_FIXED.
-SPECS = [">=0.10.2,<0.11.0", "<0.11.0", ">=0.10.1,<0.10.2", ">=0.15.0.dev0,<0.15.0", ">=0.22.0", ">=0.22.0,<0.29.0",
-         ">=0", ">=7.2.0,<7.13", "<0.11.0rc2", ">=0.11.0rc1", ""]
+SPECS = [
+    ">=0.10.2,<0.11.0",
+    "<0.11.0",
+    ">=0.10.1,<0.10.2",
+    ">=0.15.0.dev0,<0.15.0",
+    ">=0.22.0",
+    ">=0.22.0,<0.29.0",
+    ">=0",
+    ">=7.2.0,<7.13",
+    "<0.11.0rc2",
+    ">=0.11.0rc1",
+    "",
+]
 
 
 @pytest.mark.parametrize("a, b", list(itertools.combinations(VERSIONS, 2)))
@@ -51,7 +97,8 @@ def test_a_prerelease_is_affected_when_its_final_or_itself_may_be(spec: str) -> 
         lower = [s for s in ref if s.operator == ">="]
         upper = [s for s in ref if s.operator == "<"]
         want = all(s.contains(str(v.final), prereleases=True) for s in lower) and all(
-            RefVersion(str(v.public)) < RefVersion(s.version) for s in upper)
+            RefVersion(str(v.public)) < RefVersion(s.version) for s in upper
+        )
         assert SpecifierSet(spec).contains(v) is want, (spec, text)
 
 
@@ -83,9 +130,24 @@ def test_documented_cases(spec: str, version: str, expected: bool) -> None:
     assert SpecifierSet(spec).contains(version) is expected
 
 
-@pytest.mark.parametrize("bad", ["0.10.x", "rocm", "", "0.10.2+", "1.0-foo", "0." + "9" * 5000,
-                                 "0.1234567890", "1.2.3.4.5.6.7.8.9.10.11", "0.10.2.dev" + "1" * 10,
-                                 "0.10.2+" + "a" * 100, None, 10, "1" * 4301])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "0.10.x",
+        "rocm",
+        "",
+        "0.10.2+",
+        "1.0-foo",
+        "0." + "9" * 5000,
+        "0.1234567890",
+        "1.2.3.4.5.6.7.8.9.10.11",
+        "0.10.2.dev" + "1" * 10,
+        "0.10.2+" + "a" * 100,
+        None,
+        10,
+        "1" * 4301,
+    ],
+)
 def test_invalid_versions(bad: object) -> None:
     """Unparseable, absurd or overlong input is InvalidVersion, never another exception (int() raises ValueError
     past 4300 digits, and the chart's atoi would read an overflowing number as 0)."""
@@ -98,8 +160,23 @@ def test_the_bounds_are_inclusive_at_nine_digits() -> None:
     assert Version.parse("0.10.2+" + "1" * 40).public == Version.parse("0.10.2")  # a long local label is ignored
 
 
-@pytest.mark.parametrize("bad", ["0.10.2", "=>0.10", "~=0.10", ">=0.10.*", "<0.10.2+rocm", ">=0.10 <0.11", "==0.10.2",
-                                 "!=0.10.2", ">0.10.2", "<=0.11.0", ">=0." + "9" * 20, "<" + "1" * 500])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "0.10.2",
+        "=>0.10",
+        "~=0.10",
+        ">=0.10.*",
+        "<0.10.2+rocm",
+        ">=0.10 <0.11",
+        "==0.10.2",
+        "!=0.10.2",
+        ">0.10.2",
+        "<=0.11.0",
+        ">=0." + "9" * 20,
+        "<" + "1" * 500,
+    ],
+)
 def test_invalid_specifiers(bad: str) -> None:
     """Only >=FIRST_AFFECTED and <FIRST_FIXED: every other operator has a PEP 440 special case the rules above
     would contradict."""

@@ -45,9 +45,7 @@ def _find_py39() -> str | None:
 PY39 = _find_py39()
 
 
-def run(
-    *args: str, python: str = sys.executable, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
+def run(*args: str, python: str = sys.executable, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if k != "VLLM_ROCM_PATCHES_DIR"}
     e["PYTHONPATH"] = PATCH_TOOL_PYTHONPATH  # exactly how the image build runs it (no install)
     e.update(env or {})
@@ -100,8 +98,11 @@ def test_apply_report_verify_revert_exit_codes(release_copy, tmp_path: Path) -> 
     assert stacked["files"][AITER_FA]["after"] == stacked["files"][AITER_FA]["patched_sha256"]
     assert AITER_FA not in other["files"]
     assert data["known_issues"]["fixed_by_applied_patches"] == [
-        "aiter-fa-full-cudagraph-always", "aiter-fa-spec-decode-full-decode-graphs",
-        "aiter-fa-fp8-kv-cache-fnuz-view", "triton-attn-fp8-kv-q-scale-capture"]
+        "aiter-fa-full-cudagraph-always",
+        "aiter-fa-spec-decode-full-decode-graphs",
+        "aiter-fa-fp8-kv-cache-fnuz-view",
+        "triton-attn-fp8-kv-q-scale-capture",
+    ]
     assert data["changed"] is True and data["exit_code"] == 0
 
     r = run("apply", str(tree))
@@ -208,8 +209,10 @@ def test_package_imports_only_the_standard_library() -> None:
     stdlib = set(sys.stdlib_module_names) if hasattr(sys, "stdlib_module_names") else set()
     assert stdlib, "needs Python >= 3.10 to know the stdlib module names"
     first_party = {"vllm_rocm_known_issues"}  # stdlib-only too: scanned here as well
-    for path in [*(SRC / "vllm_rocm_patches").glob("*.py"),
-                 *(REPO_ROOT / "known-issues" / "src" / "vllm_rocm_known_issues").glob("*.py")]:
+    for path in [
+        *(SRC / "vllm_rocm_patches").glob("*.py"),
+        *(REPO_ROOT / "known-issues" / "src" / "vllm_rocm_known_issues").glob("*.py"),
+    ]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]

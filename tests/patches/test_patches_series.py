@@ -89,10 +89,16 @@ def test_gnu_patch_agrees_with_the_strict_applier(release: str, release_copy) ->
     assert engine.apply(series.load(SERIES_DIR), target.detect(ours)).exit_code == 0
     for name in series.read_series_file(SERIES_DIR / f"vllm-{release}" / "series"):
         patch_file = SERIES_DIR / f"vllm-{release}" / name
-        subprocess.run(["patch", "-p1", "--fuzz=0", "--quiet", "--no-backup-if-mismatch", "-i", str(patch_file)],
-                       cwd=gnu, check=True)
-    changed = {fp.path for name in series.read_series_file(SERIES_DIR / f"vllm-{release}" / "series")
-               for fp in unidiff.parse((SERIES_DIR / f"vllm-{release}" / name).read_text())}
+        subprocess.run(
+            ["patch", "-p1", "--fuzz=0", "--quiet", "--no-backup-if-mismatch", "-i", str(patch_file)],
+            cwd=gnu,
+            check=True,
+        )
+    changed = {
+        fp.path
+        for name in series.read_series_file(SERIES_DIR / f"vllm-{release}" / "series")
+        for fp in unidiff.parse((SERIES_DIR / f"vllm-{release}" / name).read_text())
+    }
     assert len(changed) >= 3
     for rel in changed:
         assert (gnu / rel).read_bytes() == (ours / rel).read_bytes(), rel

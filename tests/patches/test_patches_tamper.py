@@ -26,9 +26,7 @@ def _sha(p: Path) -> str:
 
 def _set_release(tree: Path, old: str, new: str) -> None:
     for p in [tree / "vllm/_version.py", next(tree.glob("vllm-*.dist-info")) / "METADATA"]:
-        p.write_text(
-            p.read_text().replace(f"'{old}'", f"'{new}'").replace(f"Version: {old}\n", f"Version: {new}\n")
-        )
+        p.write_text(p.read_text().replace(f"'{old}'", f"'{new}'").replace(f"Version: {old}\n", f"Version: {new}\n"))
 
 
 @pytest.mark.parametrize("version", ["0.10.1.1", "0.10.2"])

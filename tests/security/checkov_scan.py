@@ -4,6 +4,7 @@ checkov lives in a venv of its own (.work/checkov-venv, from requirements/checko
 It runs with its update check and every platform download off, and, where the machine allows an unprivileged network
 namespace, with no network at all: a result never depends on what a server said that day.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,11 +68,25 @@ def run(files: list[Path], frameworks: tuple[str, ...], workdir: Path) -> Report
     args: list[str] = []
     for f in files:
         args += ["-f", str(f)]
-    env = {**os.environ, **OFFLINE_ENV, "HOME": str(workdir), "XDG_CACHE_HOME": str(workdir / "cache"),
-           "CKV_CACHE_DIR": str(workdir / "cache")}
+    env = {
+        **os.environ,
+        **OFFLINE_ENV,
+        "HOME": str(workdir),
+        "XDG_CACHE_HOME": str(workdir / "cache"),
+        "CKV_CACHE_DIR": str(workdir / "cache"),
+    }
     # No --quiet: with it the JSON holds the failed checks only, and the skipped ones (the waivers) are needed too.
-    cmd = [*_no_network_prefix(), str(CHECKOV), "--skip-download", "--compact", "--output", "json",
-           "--framework", *frameworks, *args]
+    cmd = [
+        *_no_network_prefix(),
+        str(CHECKOV),
+        "--skip-download",
+        "--compact",
+        "--output",
+        "json",
+        "--framework",
+        *frameworks,
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir, env=env)
     # 0: all passed, 1: failed checks; anything else (or no JSON) is checkov itself failing.
     if proc.returncode not in (0, 1):

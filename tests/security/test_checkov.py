@@ -6,6 +6,7 @@ be listed in the chart README's "Security" section.
 Images are deployed by digest (the documented way): the value sets are scanned with digests set, and a render by tag
 must still be reported (the chart waives nothing about tags).
 """
+
 from __future__ import annotations
 
 import re
@@ -45,20 +46,23 @@ def manifests(values: dict[str, Any]) -> list[dict[str, Any]]:
     for lws in kinds(docs).get("LeaderWorkerSet", []):
         for role in ("leaderTemplate", "workerTemplate"):
             tmpl = lws["spec"]["leaderWorkerTemplate"][role]
-            meta = {"name": f"{lws['metadata']['name']}-{role.lower()}", "namespace": lws["metadata"]["namespace"],
-                    "labels": tmpl["metadata"].get("labels", {}),
-                    "annotations": tmpl["metadata"].get("annotations", {})}
+            meta = {
+                "name": f"{lws['metadata']['name']}-{role.lower()}",
+                "namespace": lws["metadata"]["namespace"],
+                "labels": tmpl["metadata"].get("labels", {}),
+                "annotations": tmpl["metadata"].get("annotations", {}),
+            }
             docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": tmpl["spec"]})
     return docs
 
 
 @dataclass
 class Scan:
-    report: Report           # documented renders, the by-tag render and the Dockerfiles, waivers in place
-    unwaived: Report         # the same documented renders and Dockerfiles with every waiver removed
+    report: Report  # documented renders, the by-tag render and the Dockerfiles, waivers in place
+    unwaived: Report  # the same documented renders and Dockerfiles with every waiver removed
     documented: dict[str, Path]  # value set -> its render with digests
     by_tag: Path
-    names: dict[str, str]    # scanned file -> a stable name ("chart/<set>", "docker/...") shared by both runs
+    names: dict[str, str]  # scanned file -> a stable name ("chart/<set>", "docker/...") shared by both runs
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +117,11 @@ def test_every_value_set_and_dockerfile_was_scanned(scan: Scan) -> None:
 
 def test_no_finding_without_a_fix_or_a_waiver(scan: Scan) -> None:
     open_findings = [f for f in scan.report.failed if f.file != str(scan.by_tag)]
-    assert not open_findings, "findings with neither a fix nor a waiver (fix them, or add checkov's skip annotation/" \
-        "comment with a reason and list it in the chart README's Security section):\n" + \
-        "\n".join(f"  {scan.names.get(f.file, f.file)}: {f}" for f in open_findings)
+    assert not open_findings, (
+        "findings with neither a fix nor a waiver (fix them, or add checkov's skip annotation/"
+        "comment with a reason and list it in the chart README's Security section):\n"
+        + "\n".join(f"  {scan.names.get(f.file, f.file)}: {f}" for f in open_findings)
+    )
 
 
 def test_images_by_tag_are_reported_not_waived(scan: Scan) -> None:
@@ -149,15 +155,21 @@ def test_waivers_are_listed_in_the_readme(scan: Scan) -> None:
     assert section, "chart README has no '## Security' section"
     listed = set(re.findall(r"^\| `(CKV2?_[A-Z0-9]+_\d+)`", section.group(1), flags=re.M))
     waived = {f.check_id for f in scan.report.skipped}
-    assert listed == waived, f"README Security table lists {sorted(listed)}, the templates and Dockerfiles waive " \
-        f"{sorted(waived)}"
+    assert listed == waived, (
+        f"README Security table lists {sorted(listed)}, the templates and Dockerfiles waive {sorted(waived)}"
+    )
 
 
 def test_strip_helpers_remove_only_waivers() -> None:
     """The unwaived run is only meaningful if stripping removes the waivers and nothing else."""
-    docs = [{"kind": "Pod", "metadata": {"name": "p", "annotations": {"checkov.io/skip1": "CKV_K8S_8=why",
-                                                                       "other": "kept"}}}]
-    assert yaml.safe_load(strip_waivers_from_manifests(yaml.safe_dump_all(docs)))["metadata"]["annotations"] == \
-        {"other": "kept"}
+    docs = [
+        {
+            "kind": "Pod",
+            "metadata": {"name": "p", "annotations": {"checkov.io/skip1": "CKV_K8S_8=why", "other": "kept"}},
+        }
+    ]
+    assert yaml.safe_load(strip_waivers_from_manifests(yaml.safe_dump_all(docs)))["metadata"]["annotations"] == {
+        "other": "kept"
+    }
     text = "FROM a:1@sha256:x\n# checkov:skip=CKV_DOCKER_2: why\n# a comment\nUSER 1\n"
     assert strip_waivers_from_dockerfile(text) == "FROM a:1@sha256:x\n# a comment\nUSER 1\n"

@@ -1,6 +1,7 @@
 """What the chart README's "Security" section promises, checked on every pod of every value set the chart tests render
 (the server, each LeaderWorkerSet pod, the `helm test` pod), and the values the schema refuses because they would
 break a promise."""
+
 from __future__ import annotations
 
 import sys
@@ -66,9 +67,14 @@ def writable_paths(spec: dict[str, Any], c: dict[str, Any]) -> list[PurePosixPat
     return out
 
 
-@pytest.mark.parametrize("values", [
-    {}, {"modelCache.enabled": False, "compileCache.enabled": False},
-    {"hfToken.existingSecret": "hf", "multiNode.enabled": True, "tensorParallelSize": 8}])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"modelCache.enabled": False, "compileCache.enabled": False},
+        {"hfToken.existingSecret": "hf", "multiNode.enabled": True, "tensorParallelSize": 8},
+    ],
+)
 def test_every_path_vllm_writes_is_a_volume(values: dict[str, Any]) -> None:
     """With a read-only root, each directory the environment hands vLLM (and the libraries below it) must be on a
     writable volume: HOME (Triton, MIOpen, AITER, vLLM's config), /tmp, HF_HOME, the compile caches."""
@@ -100,8 +106,9 @@ def test_every_pod_is_selected_by_a_network_policy() -> None:
     policies = kinds(docs)["NetworkPolicy"]
 
     def selected(labels: dict[str, str]) -> bool:
-        return any(all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())
-                   for p in policies)
+        return any(
+            all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items()) for p in policies
+        )
 
     lws = kinds(docs)["LeaderWorkerSet"][0]["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
@@ -113,25 +120,37 @@ def test_every_pod_is_selected_by_a_network_policy() -> None:
     # The server lets the test pod in even when allowFrom narrows who else may come.
     server = next(p for p in policies if not p["metadata"]["name"].endswith("-test"))
     peers = [peer for rule in server["spec"]["ingress"] for peer in rule.get("from", [])]
-    assert {"podSelector": {"matchLabels": {k: test_pod["metadata"]["labels"][k] for k in
-            ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")}}} in peers
+    assert {
+        "podSelector": {
+            "matchLabels": {
+                k: test_pod["metadata"]["labels"][k]
+                for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+            }
+        }
+    } in peers
 
 
-@pytest.mark.parametrize("values,message", [
-    ({"securityContext.runAsNonRoot": False}, "/securityContext/runAsNonRoot"),
-    ({"securityContext.runAsNonRoot": None}, "missing property 'runAsNonRoot'"),
-    ({"securityContext.runAsUser": 0}, "/securityContext/runAsUser"),
-    ({"securityContext.allowPrivilegeEscalation": True}, "/securityContext/allowPrivilegeEscalation"),
-    ({"securityContext.capabilities.add": ["SYS_ADMIN"]}, "/securityContext/capabilities/add"),
-    ({"securityContext.capabilities.drop": ["NET_RAW"]}, "/securityContext/capabilities/drop"),
-    ({"securityContext.seccompProfile.type": "Unconfined"}, "/securityContext/seccompProfile/type"),
-    ({"securityContext.seccompProfile": None}, "missing property 'seccompProfile'"),
-    ({"podSecurityContext.seccompProfile.type": "Unconfined"}, "/podSecurityContext/seccompProfile/type"),
-    ({"podSecurityContext.runAsNonRoot": False}, "/podSecurityContext/runAsNonRoot"),
-    ({"sidecar.securityContext.allowPrivilegeEscalation": True}, "/sidecar/securityContext/allowPrivilegeEscalation"),
-    ({"sidecar.securityContext.capabilities.add": ["NET_ADMIN"]}, "/sidecar/securityContext/capabilities/add"),
-    ({"sidecar.securityContext.readOnlyRootFilesystem": None}, "missing property 'readOnlyRootFilesystem'"),
-])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"securityContext.runAsNonRoot": False}, "/securityContext/runAsNonRoot"),
+        ({"securityContext.runAsNonRoot": None}, "missing property 'runAsNonRoot'"),
+        ({"securityContext.runAsUser": 0}, "/securityContext/runAsUser"),
+        ({"securityContext.allowPrivilegeEscalation": True}, "/securityContext/allowPrivilegeEscalation"),
+        ({"securityContext.capabilities.add": ["SYS_ADMIN"]}, "/securityContext/capabilities/add"),
+        ({"securityContext.capabilities.drop": ["NET_RAW"]}, "/securityContext/capabilities/drop"),
+        ({"securityContext.seccompProfile.type": "Unconfined"}, "/securityContext/seccompProfile/type"),
+        ({"securityContext.seccompProfile": None}, "missing property 'seccompProfile'"),
+        ({"podSecurityContext.seccompProfile.type": "Unconfined"}, "/podSecurityContext/seccompProfile/type"),
+        ({"podSecurityContext.runAsNonRoot": False}, "/podSecurityContext/runAsNonRoot"),
+        (
+            {"sidecar.securityContext.allowPrivilegeEscalation": True},
+            "/sidecar/securityContext/allowPrivilegeEscalation",
+        ),
+        ({"sidecar.securityContext.capabilities.add": ["NET_ADMIN"]}, "/sidecar/securityContext/capabilities/add"),
+        ({"sidecar.securityContext.readOnlyRootFilesystem": None}, "missing property 'readOnlyRootFilesystem'"),
+    ],
+)
 def test_schema_refuses_breaking_a_guarantee(values: dict[str, Any], message: str) -> None:
     assert message in render_error(values)
 
@@ -149,14 +168,16 @@ CONTEXTS = ["podSecurityContext", "securityContext", "sidecar.securityContext"]
 @pytest.mark.parametrize("where", CONTEXTS)
 def test_apparmor_unconfined_is_refused_like_seccomp(where: str) -> None:
     assert f"/{where.replace('.', '/')}/appArmorProfile/type" in render_error(
-        {f"{where}.appArmorProfile": {"type": "Unconfined"}})
+        {f"{where}.appArmorProfile": {"type": "Unconfined"}}
+    )
     docs = render({f"{where}.appArmorProfile": {"type": "RuntimeDefault"}})
     assert docs
 
 
 @pytest.mark.parametrize("where", CONTEXTS)
-@pytest.mark.parametrize("selinux_type", ["spc_t", "unconfined_t", "unconfined_service_t", "container_runtime_t",
-                                          "my_unconfined_t", "SPC_T"])
+@pytest.mark.parametrize(
+    "selinux_type", ["spc_t", "unconfined_t", "unconfined_service_t", "container_runtime_t", "my_unconfined_t", "SPC_T"]
+)
 def test_an_unconfined_selinux_type_is_refused(where: str, selinux_type: str) -> None:
     err = render_error({f"{where}.seLinuxOptions": {"type": selinux_type, "level": "s0:c1,c2"}})
     assert f"{where}.seLinuxOptions.type={selinux_type}: an unconfined SELinux domain" in err, err
@@ -167,10 +188,15 @@ def test_a_confined_selinux_type_renders(where: str) -> None:
     assert render({f"{where}.seLinuxOptions": {"type": "container_t", "level": "s0:c1,c2"}})
 
 
-@pytest.mark.parametrize("key", ["container.apparmor.security.beta.kubernetes.io/vllm",
-                                 "container.apparmor.security.beta.kubernetes.io/health",
-                                 "seccomp.security.alpha.kubernetes.io/pod",
-                                 "container.seccomp.security.alpha.kubernetes.io/vllm"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "container.apparmor.security.beta.kubernetes.io/vllm",
+        "container.apparmor.security.beta.kubernetes.io/health",
+        "seccomp.security.alpha.kubernetes.io/pod",
+        "container.seccomp.security.alpha.kubernetes.io/vllm",
+    ],
+)
 @pytest.mark.parametrize("multinode", [False, True])
 def test_the_unconfined_annotations_are_refused(key: str, multinode: bool) -> None:
     extra = {"multiNode.enabled": True, "tensorParallelSize": 8} if multinode else {}
@@ -179,20 +205,26 @@ def test_the_unconfined_annotations_are_refused(key: str, multinode: bool) -> No
     # A confined profile is fine, and reaches every server pod (the LeaderWorkerSet's leader and workers too).
     docs = render({**extra, "podAnnotations": {key: "runtime/default"}})
     workload = next(d for d in docs if d["kind"] in ("Deployment", "LeaderWorkerSet"))["spec"]
-    templates = ([workload["template"]] if "template" in workload else
-                 [workload["leaderWorkerTemplate"][r] for r in ("leaderTemplate", "workerTemplate")])
+    templates = (
+        [workload["template"]]
+        if "template" in workload
+        else [workload["leaderWorkerTemplate"][r] for r in ("leaderTemplate", "workerTemplate")]
+    )
     for template in templates:
         assert template["metadata"]["annotations"][key] == "runtime/default"
 
 
-@pytest.mark.parametrize("readiness,refused", [
-    ({"periodSeconds": 10, "failureThreshold": 3}, False),
-    ({"periodSeconds": 100, "failureThreshold": 3}, False),              # 300 s: the bound
-    ({"periodSeconds": 10, "failureThreshold": 31}, True),               # 310 s
-    ({"periodSeconds": 300, "failureThreshold": 2}, True),
-    ({"periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 60}, True),  # each probe may take 60 s
-    ({"periodSeconds": 60, "failureThreshold": 5, "timeoutSeconds": 60}, False),
-])
+@pytest.mark.parametrize(
+    "readiness,refused",
+    [
+        ({"periodSeconds": 10, "failureThreshold": 3}, False),
+        ({"periodSeconds": 100, "failureThreshold": 3}, False),  # 300 s: the bound
+        ({"periodSeconds": 10, "failureThreshold": 31}, True),  # 310 s
+        ({"periodSeconds": 300, "failureThreshold": 2}, True),
+        ({"periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 60}, True),  # each probe may take 60 s
+        ({"periodSeconds": 60, "failureThreshold": 5, "timeoutSeconds": 60}, False),
+    ],
+)
 def test_readiness_reacts_within_five_minutes(readiness: dict[str, int], refused: bool) -> None:
     values = {f"probes.readiness.{k}": v for k, v in readiness.items()}
     if refused:

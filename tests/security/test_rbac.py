@@ -5,6 +5,7 @@ The calls are read from the code (every call of a kubernetes API class method an
 turned into its RBAC verb and resource by calling that very method of the real kubernetes client against a recording
 ApiClient, which keeps the HTTP method and path the client would send and sends nothing.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,8 +22,11 @@ from helm_chart import ROOT, kinds, render  # noqa: E402
 
 SIDECAR_SRC = ROOT / "health" / "src" / "vllm_rocm_health"
 # dir() and getattr(), not vars(): the client package loads its API classes lazily.
-API_CLASSES = {name: getattr(kubernetes.client, name) for name in dir(kubernetes.client)
-               if name.endswith("Api") and inspect.isclass(getattr(kubernetes.client, name))}
+API_CLASSES = {
+    name: getattr(kubernetes.client, name)
+    for name in dir(kubernetes.client)
+    if name.endswith("Api") and inspect.isclass(getattr(kubernetes.client, name))
+}
 # RBAC verbs of the HTTP methods (https://kubernetes.io/docs/reference/access-authn-authz/authorization/#determine-the-request-verb).
 VERB = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
@@ -152,24 +156,37 @@ def test_only_the_sidecar_gets_credentials() -> None:
     docs = render()
     spec = kinds(docs)["Deployment"][0]["spec"]["template"]["spec"]
     assert spec["automountServiceAccountToken"] is False
-    token_mounts = {c["name"] for c in spec["containers"]
-                    for m in c.get("volumeMounts", []) if m["name"] == "kube-api-access"}
+    token_mounts = {
+        c["name"] for c in spec["containers"] for m in c.get("volumeMounts", []) if m["name"] == "kube-api-access"
+    }
     assert token_mounts == {"health"}
     (binding,) = kinds(docs)["RoleBinding"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"], "namespace": "llm"}]
 
 
-@pytest.mark.parametrize("source,expected", [
-    ("from kubernetes import client\napi = client.CoreV1Api()\napi.read_namespaced_pod_log('p', 'ns', follow=True)",
-     {("", "pods/log", "get")}),
-    ("from kubernetes import client\nx = client.CoreV1Api()\ny = x\ny.patch_namespaced_event('e', 'ns', {})\n"
-     "y.list_namespaced_pod('ns')\ny.delete_collection_namespaced_pod('ns')",
-     {("", "events", "patch"), ("", "pods", "list"), ("", "pods", "deletecollection")}),
-    ("from kubernetes import client\nclient.CoordinationV1Api().create_namespaced_lease('ns', {})",
-     {("coordination.k8s.io", "leases", "create")}),
-    ("from kubernetes import client\napi = client.CoreV1Api()\napi.read_namespace('ns')",
-     {("", "namespaces", "get")}),
-])
+@pytest.mark.parametrize(
+    "source,expected",
+    [
+        (
+            "from kubernetes import client\napi = client.CoreV1Api()\napi.read_namespaced_pod_log('p', 'ns', "
+            "follow=True)",
+            {("", "pods/log", "get")},
+        ),
+        (
+            "from kubernetes import client\nx = client.CoreV1Api()\ny = x\ny.patch_namespaced_event('e', 'ns', {})\n"
+            "y.list_namespaced_pod('ns')\ny.delete_collection_namespaced_pod('ns')",
+            {("", "events", "patch"), ("", "pods", "list"), ("", "pods", "deletecollection")},
+        ),
+        (
+            "from kubernetes import client\nclient.CoordinationV1Api().create_namespaced_lease('ns', {})",
+            {("coordination.k8s.io", "leases", "create")},
+        ),
+        (
+            "from kubernetes import client\napi = client.CoreV1Api()\napi.read_namespace('ns')",
+            {("", "namespaces", "get")},
+        ),
+    ],
+)
 def test_the_reading_finds_calls_and_their_rbac(source: str, expected: set[tuple[str, str, str]]) -> None:
     """The reading cannot pass by finding nothing: planted calls come out as the grants they need."""
     assert needed({"planted.py": source}) == expected

@@ -7,6 +7,7 @@ are all exercised.
 What it cannot show: the ROCm-only writers (AITER's JIT directory, MIOpen, hipBLASLt, Triton on a GPU). Their paths
 come from their sources and sit below HOME or /tmp (chart README, "Security").
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,13 @@ SANDBOX = HERE / "pod_sandbox.sh"
 MODEL = WORK / "models" / "smollm2-135m-instruct"
 HIDDEN = ("/home/", "/root/", "/tmp/")  # host directories the sandbox does not show (pod_sandbox.sh)
 # The test's own settings on top of the chart's: nothing from a model hub, a KV cache a small machine can hold.
-TEST_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+TEST_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+}
 
 
 def need_sandbox() -> None:
@@ -52,9 +58,13 @@ def chart_vllm() -> dict[str, Any]:
     sc = vllm["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True
     volumes = {v["name"]: v for v in spec["volumes"]}
-    writable = [m["mountPath"] for m in vllm["volumeMounts"] if not m.get("readOnly")
-                and ("emptyDir" in volumes[m["name"]] or "persistentVolumeClaim" in volumes[m["name"]])
-                and m["mountPath"] != "/dev/shm"]  # the sandbox keeps the host's /dev/shm
+    writable = [
+        m["mountPath"]
+        for m in vllm["volumeMounts"]
+        if not m.get("readOnly")
+        and ("emptyDir" in volumes[m["name"]] or "persistentVolumeClaim" in volumes[m["name"]])
+        and m["mountPath"] != "/dev/shm"
+    ]  # the sandbox keeps the host's /dev/shm
     env = {e["name"]: e["value"] for e in vllm["env"] if "value" in e}
     return {"uid": sc["runAsUser"], "gid": sc["runAsGroup"], "writable": writable, "env": env}
 
@@ -84,8 +94,20 @@ def sandbox(tmp: Path, pod: dict[str, Any], argv: list[str]) -> tuple[list[str],
     # After the volumes: a checkout below /tmp must show through the /tmp volume.
     lines += [f"ro {p} {p}" for p in image_paths()]
     (tmp / "mounts").write_text("\n".join(lines) + "\n")
-    return (["unshare", "--mount", "--propagation", "private", str(SANDBOX), str(tmp / "root"), str(tmp / "mounts"),
-             f"{pod['uid']}:{pod['gid']}", *argv], vols)
+    return (
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            str(SANDBOX),
+            str(tmp / "root"),
+            str(tmp / "mounts"),
+            f"{pod['uid']}:{pod['gid']}",
+            *argv,
+        ],
+        vols,
+    )
 
 
 def test_the_sandbox_is_read_only_but_for_the_chart_volumes(tmp_path: Path) -> None:
@@ -105,7 +127,8 @@ def test_the_sandbox_is_read_only_but_for_the_chart_volumes(tmp_path: Path) -> N
         "    except OSError as e:\n"
         "        assert e.errno == 30, (p, e)  # EROFS, not a permission that root would have had\n"
         "status = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
-        "print(os.getuid(), os.getgid(), status['CapEff'].strip(), status['NoNewPrivs'].strip(), bad)\n")
+        "print(os.getuid(), os.getgid(), status['CapEff'].strip(), status['NoNewPrivs'].strip(), bad)\n"
+    )
     argv, vols = sandbox(tmp_path, pod, [sys.executable, "-c", probe])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -126,10 +149,32 @@ def test_vllm_serves_on_a_read_only_root(tmp_path: Path) -> None:
     assert model_cache in pod["writable"], pod
     port = free_port()
     served = str(PurePosixPath(model_cache) / "model")
-    argv, vols = sandbox(tmp_path, pod, [
-        "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in {**env, **TEST_ENV}.items()),
-        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", served, "--served-model-name", "m",
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "bfloat16", "--seed", "0"])
+    argv, vols = sandbox(
+        tmp_path,
+        pod,
+        [
+            "/usr/bin/env",
+            "-i",
+            *(f"{k}={v}" for k, v in {**env, **TEST_ENV}.items()),
+            str(VLLM_PYTHON),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            served,
+            "--served-model-name",
+            "m",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "2048",
+            "--dtype",
+            "bfloat16",
+            "--seed",
+            "0",
+        ],
+    )
     # The model sits on the model-cache volume, owned by the pod's user, as a download into HF_HOME would.
     shutil.copytree(MODEL, vols[model_cache] / "model")
     for p in [vols[model_cache] / "model", *(vols[model_cache] / "model").iterdir()]:
@@ -150,8 +195,9 @@ def test_vllm_serves_on_a_read_only_root(tmp_path: Path) -> None:
         # Start-up with torch.compile takes minutes on a busy 2-core machine; the wait ends early if vLLM exits.
         assert wait_until(healthy, 600, interval=1.0), f"not healthy in 600 s:\n{server.log_tail(40)}"
         body = json.dumps({"model": "m", "prompt": "2+2=", "max_tokens": 4, "temperature": 0}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=120) as r:
             out = json.load(r)
         assert out["choices"][0]["text"], out

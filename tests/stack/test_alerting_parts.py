@@ -1,6 +1,7 @@
 """The alerting parts of `make run` without a vLLM: the routing it gives Alertmanager (checked by the real amtool), the
 rules copy of --alert-for (checked by promtool), the webhook receiver over real HTTP, settings refused before anything
 starts, and a start that fails at Alertmanager stopping what it had started."""
+
 from __future__ import annotations
 
 import json
@@ -85,15 +86,22 @@ def test_webhook_receiver_appends_each_notification(tmp_path: Path) -> None:
     receiver = WebhookReceiver(free_port(), out, say=lines.append)
     receiver.start()
     try:
-        payload = {"receiver": "vllm-rocm-critical", "status": "firing", "alerts": [
-            {"status": "firing", "labels": {"alertname": "VllmCanaryFingerprintDrift", "instance": "a:9400"}},
-            {"status": "resolved", "labels": {"alertname": "VllmHealthSidecarAbsent"}}]}
+        payload = {
+            "receiver": "vllm-rocm-critical",
+            "status": "firing",
+            "alerts": [
+                {"status": "firing", "labels": {"alertname": "VllmCanaryFingerprintDrift", "instance": "a:9400"}},
+                {"status": "resolved", "labels": {"alertname": "VllmHealthSidecarAbsent"}},
+            ],
+        }
         assert post(receiver.url + "/vllm-rocm-critical", json.dumps(payload).encode()) == 200
         assert post(receiver.url + "/x", b"{not json") == 400
         assert post(receiver.url + "/x", b"[1, 2]") == 400
         assert notifications(out) == [payload] and len(out.read_text().splitlines()) == 1
-        assert lines == ["notification to vllm-rocm-critical: VllmCanaryFingerprintDrift firing on a:9400; "
-                         "VllmHealthSidecarAbsent resolved on (no instance)"]
+        assert lines == [
+            "notification to vllm-rocm-critical: VllmCanaryFingerprintDrift firing on a:9400; "
+            "VllmHealthSidecarAbsent resolved on (no instance)"
+        ]
         with urllib.request.urlopen(receiver.url + "/", timeout=10) as r:
             assert r.status == 200 and str(out) in r.read().decode()
         assert receiver.count == 1
@@ -112,15 +120,22 @@ def test_alertmanager_refusing_its_config_is_an_error_not_a_hang(tmp_path: Path)
     assert am.process is not None and not am.process.alive()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--alert-for", "0s"], "not a positive duration"),
-    (["--alert-for", "soon"], "not a positive duration"),
-    (["--sidecar-vllm-url", "127.0.0.1:8000"], "not an http(s) URL"),
-    (["--alertmanager-port", "9400"], "two services on one port"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--alert-for", "0s"], "not a positive duration"),
+        (["--alert-for", "soon"], "not a positive duration"),
+        (["--sidecar-vllm-url", "127.0.0.1:8000"], "not an http(s) URL"),
+        (["--alertmanager-port", "9400"], "two services on one port"),
+    ],
+)
 def test_bad_settings_are_refused_before_anything_starts(args: list[str], message: str, tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, "-m", "vllm_rocm_stack", "run", "--workdir", str(tmp_path / "run"), *args],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_stack", "run", "--workdir", str(tmp_path / "run"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and message in res.stderr, res.stdout + res.stderr
     assert not (tmp_path / "run").exists(), "something was started or written"
 

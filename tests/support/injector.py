@@ -5,6 +5,7 @@ By default it answers what a right server would: the sums the canary asks, and t
 fingerprint texts. `override(kind, status, body)` replaces the answers of one kind of request ("problem", "long",
 "fingerprint", "models") with an arbitrary status and JSON body. It serves the same answers through an
 httpx.MockTransport (in-process tests) and over real HTTP (tests of the sidecar process)."""
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,10 @@ class CanaryAnswerer:
         def handle(request: httpx.Request) -> httpx.Response:
             body = json.loads(request.content) if request.content else None
             _, status, data = self.answer(request.method, request.url.path, body)
-            return httpx.Response(status, content=json.dumps(data).encode(),
-                                  headers={"Content-Type": "application/json"})
+            return httpx.Response(
+                status, content=json.dumps(data).encode(), headers={"Content-Type": "application/json"}
+            )
+
         return httpx.MockTransport(handle)
 
 
@@ -95,7 +98,7 @@ class AnswererServer:
                     return
                 try:  # a byte a second: every read is quick, the answer never completes
                     for i in range(len(payload)):
-                        self.wfile.write(payload[i:i + 1])
+                        self.wfile.write(payload[i : i + 1])
                         self.wfile.flush()
                         time.sleep(1.0)
                 except OSError:

@@ -16,6 +16,7 @@ allows for escaping the $(VAR_NAME) syntax"):
 `value_from` supplies what the kubelet would read for each `valueFrom` variable (the test decides what the ConfigMap
 holds); a `valueFrom` with no entry there is an error, so a test cannot forget one.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -30,11 +31,13 @@ def _syntax_wrap(name: str) -> str:
 
 def mapping_func_for(*contexts: Mapping[str, str]) -> Callable[[str], str]:
     """The first context holding `name` wins; an unknown name is left as the reference it was."""
+
     def mapping(name: str) -> str:
         for ctx in contexts:
             if name in ctx:
                 return ctx[name]
         return _syntax_wrap(name)
+
     return mapping
 
 
@@ -57,7 +60,7 @@ def expand(text: str, mapping: Callable[[str], str]) -> str:
     while cursor < len(text):
         if text[cursor] == OPERATOR and cursor + 1 < len(text):
             out.append(text[checkpoint:cursor])
-            read, is_var, advance = _try_read_variable_name(text[cursor + 1:])
+            read, is_var, advance = _try_read_variable_name(text[cursor + 1 :])
             out.append(mapping(read) if is_var else read)
             cursor += advance
             checkpoint = cursor + 1
@@ -65,8 +68,11 @@ def expand(text: str, mapping: Callable[[str], str]) -> str:
     return "".join(out) + text[checkpoint:]
 
 
-def container_env(container: Mapping[str, Any], value_from: Mapping[str, str] | None = None,
-                  service_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def container_env(
+    container: Mapping[str, Any],
+    value_from: Mapping[str, str] | None = None,
+    service_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The environment the kubelet gives the container (service variables overlaid by its own)."""
     service = dict(service_env or {})
     own: dict[str, str] = {}
@@ -81,8 +87,11 @@ def container_env(container: Mapping[str, Any], value_from: Mapping[str, str] | 
     return {**service, **own}
 
 
-def expand_container(container: Mapping[str, Any], value_from: Mapping[str, str] | None = None,
-                     service_env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+def expand_container(
+    container: Mapping[str, Any],
+    value_from: Mapping[str, str] | None = None,
+    service_env: Mapping[str, str] | None = None,
+) -> tuple[list[str], dict[str, str]]:
     """(command + args, environment) as the container's process gets them."""
     env = container_env(container, value_from, service_env)
     mapping = mapping_func_for(env)

@@ -30,18 +30,18 @@ BACKEND_SELECTORS = ("get_attn_backend_cls", "_get_backend_priorities")
 @dataclass(frozen=True)
 class Flag:
     options: tuple[str, ...]  # as the release writes them, e.g. ("--compilation-config", "-cc")
-    dest: str                 # the field it sets (EngineArgs or front-end)
-    where: str                # file:line
+    dest: str  # the field it sets (EngineArgs or front-end)
+    where: str  # file:line
 
 
 @dataclass(frozen=True)
 class ParserFacts:
-    where: str                # the file that defines FlexibleArgumentParser
-    underscores: bool         # `--a_b` is read as `--a-b` (between `--` and the first `.`)
-    dotted: bool              # `--x.key v` / `-x.key=v` are gathered into `--x '{"key": v}'`
-    dash_o: str               # what `-O<n>` becomes: "-O.level" (compilation level) or "--optimization-level"
-    config_file: bool         # `--config FILE.yaml` is expanded into flags before parsing
-    abbreviations: bool       # argparse accepts unique prefixes (allow_abbrev is never turned off)
+    where: str  # the file that defines FlexibleArgumentParser
+    underscores: bool  # `--a_b` is read as `--a-b` (between `--` and the first `.`)
+    dotted: bool  # `--x.key v` / `-x.key=v` are gathered into `--x '{"key": v}'`
+    dash_o: str  # what `-O<n>` becomes: "-O.level" (compilation level) or "--optimization-level"
+    config_file: bool  # `--config FILE.yaml` is expanded into flags before parsing
+    abbreviations: bool  # argparse accepts unique prefixes (allow_abbrev is never turned off)
 
 
 def _first(tree: Path, names: tuple[str, ...]) -> Path:
@@ -56,8 +56,12 @@ def _dest_of(call: ast.Call, options: list[str]) -> str:
     "model.enforce_eager", `**attention_kwargs["backend"]` "attention.backend"; plain flags are "cli.<dest>"."""
     for kw in call.keywords:  # `**model_kwargs["enforce_eager"]`: a field of that config dataclass
         value = kw.value
-        if (kw.arg is None and isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant)
-                and isinstance(value.value, ast.Name)):
+        if (
+            kw.arg is None
+            and isinstance(value, ast.Subscript)
+            and isinstance(value.slice, ast.Constant)
+            and isinstance(value.value, ast.Name)
+        ):
             return f"{value.value.id.removesuffix('_kwargs')}.{value.slice.value}"
     for kw in call.keywords:
         if kw.arg == "dest" and isinstance(kw.value, ast.Constant):
@@ -72,8 +76,9 @@ def flags(tree: Path) -> list[Flag]:
     out: list[Flag] = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "add_argument"):
+            if not (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+            ):
                 continue
             options = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             if not options or not all(o.startswith("-") for o in options):
@@ -83,11 +88,13 @@ def flags(tree: Path) -> list[Flag]:
 
 
 def parser_facts(tree: Path) -> ParserFacts:
-    path = next(p for p in (tree / n for n in PARSER_FILES)
-                if p.is_file() and "class FlexibleArgumentParser" in p.read_text())
+    path = next(
+        p for p in (tree / n for n in PARSER_FILES) if p.is_file() and "class FlexibleArgumentParser" in p.read_text()
+    )
     src = path.read_text()
-    cls = next(n for n in ast.walk(ast.parse(src))
-               if isinstance(n, ast.ClassDef) and n.name == "FlexibleArgumentParser")
+    cls = next(
+        n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ClassDef) and n.name == "FlexibleArgumentParser"
+    )
     body = ast.get_source_segment(src, cls) or ""
     # The whole serve CLI (main parser, sub-parsers) is built from this class; nothing passes allow_abbrev=False.
     serve = tree / "vllm" / "entrypoints" / "cli" / "serve.py"
@@ -113,8 +120,11 @@ def env_vars(tree: Path) -> set[str]:
     """The keys of envs.py's `environment_variables` table: every variable the release reads through vllm.envs."""
     module = ast.parse((tree / ENVS).read_text())
     for node in module.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign)
-                                                                       else None)
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
         if isinstance(target, ast.Name) and target.id == "environment_variables" and isinstance(node.value, ast.Dict):
             return {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
     raise AssertionError(f"{tree / ENVS}: no environment_variables table")
@@ -125,8 +135,9 @@ def _env_refs(node: ast.AST) -> set[str]:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Attribute) and sub.attr.startswith("VLLM_"):
             refs.add(sub.attr)
-        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and re.fullmatch(r"VLLM_[A-Z0-9_]+",
-                                                                                            sub.value):
+        elif (
+            isinstance(sub, ast.Constant) and isinstance(sub.value, str) and re.fullmatch(r"VLLM_[A-Z0-9_]+", sub.value)
+        ):
             refs.add(sub.value)
     return refs
 
@@ -142,8 +153,12 @@ def backend_env_vars(tree: Path) -> set[str]:
     for fn in selectors:
         found |= _env_refs(fn)
         for sub in ast.walk(fn):
-            if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-                    and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "rocm_aiter_ops"):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "rocm_aiter_ops"
+            ):
                 methods.add(sub.func.attr)
     if methods:
         found |= _aiter_method_envs(tree, methods)
@@ -196,8 +211,11 @@ def attention_split_ops(tree: Path) -> list[str]:
     """The decoder-attention ops in CompilationConfig._attention_ops (split out of piecewise graphs by default)."""
     module = ast.parse(_first(tree, CONFIG_FILES).read_text())
     for node in ast.walk(module):
-        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign)
-                                                                       else None)
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
         if isinstance(target, ast.Name) and target.id == "_attention_ops" and isinstance(node.value, ast.List):
             ops = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
             return [op for op in ops if "unified_" in op and "attention" in op]
@@ -209,8 +227,9 @@ def empty_splitting_piecewise(tree: Path) -> str:
     text = _strings(_first(tree, CONFIG_FILES))
     if "PIECEWISE cudagraph_mode will be treated as FULL cudagraph_mode" in text:
         return "FULL"
-    if re.search(r"empty splitting_ops do(?:es)? ?not ?contains? piecewise cudagraph\. Setting cudagraph_mode to NONE",
-                 text):
+    if re.search(
+        r"empty splitting_ops do(?:es)? ?not ?contains? piecewise cudagraph\. Setting cudagraph_mode to NONE", text
+    ):
         return "NONE"
     raise AssertionError(f"{tree}: empty-splitting_ops rule not found")
 

@@ -43,8 +43,17 @@ UNKNOWN_VERSIONS: tuple[str, ...] = ("0.14.0", "0.20.0")
 # Releases whose own argument parser, envs.py and config the chart's guard tests read (tests/charts/test_guard.py):
 # 0.10.0 (no cudagraph_mode yet), the ones above, 0.30.0 (a new rule for piecewise modes without VLLM_COMPILE)
 # and the newest release when the list was made, 0.34.0.
-GUARD_RELEASES: tuple[str, ...] = ("0.10.0", "0.10.1.1", "0.10.2", "0.11.0", "0.14.0", "0.20.0", "0.30.0", "0.33.0",
-                                   "0.34.0")
+GUARD_RELEASES: tuple[str, ...] = (
+    "0.10.0",
+    "0.10.1.1",
+    "0.10.2",
+    "0.11.0",
+    "0.14.0",
+    "0.20.0",
+    "0.30.0",
+    "0.33.0",
+    "0.34.0",
+)
 
 # Paths inside the wheel, relative to its root. Missing ones are fine (e.g. `_version.py` vs `version.py`).
 WANTED_FILES: tuple[str, ...] = (

@@ -1,6 +1,7 @@
 """Start/stop a real vLLM CPU server for tests. The implementation lives in the stack package
 (vllm_rocm_stack.vllm_server) so that `make run`, the bench and the tests share one launcher; this module
 is the tests' import point and adds nothing pytest-specific (importable without pytest)."""
+
 from __future__ import annotations
 
 from vllm_rocm_stack.sidecar_process import free_port

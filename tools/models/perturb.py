@@ -1,6 +1,7 @@
 """Write a deliberately corrupted copy of a model: the same architecture and tokenizer, with seeded noise added
 to the attention output projections of some layers. Served by the real vLLM it answers with HTTP 200 and wrong
 tokens: the failure the accuracy canary exists to catch (fault injection for the tests, not a fake server)."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """The sidecar process: log follower, /health poller, canary thread and HTTP endpoints around one shared state."""
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,9 @@ log = logging.getLogger(__name__)
 
 
 class Sidecar:
-    def __init__(self, cfg: SidecarConfig, event_poster: EventPoster | None = None,
-                 judge: KnownIssueJudge | None = None) -> None:
+    def __init__(
+        self, cfg: SidecarConfig, event_poster: EventPoster | None = None, judge: KnownIssueJudge | None = None
+    ) -> None:
         self.cfg = cfg
         self.stop = threading.Event()
         self.status = SidecarStatus(LogState())
@@ -42,8 +44,7 @@ class Sidecar:
             raise RuntimeError(f"--allow-known-issues: {', '.join(unknown)} not in the known-issues data")
         report_baseline, self.failed_modes = self._qualification()
         self.registry = make_registry(self.status, self.judge)
-        self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None,
-                                   baseline=report_baseline)
+        self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None, baseline=report_baseline)
         # The engine instance the last canary pass was measured on; a pass on an older one does not count.
         self.canary_pass_instance: int | None = None
         self.canary_wake = threading.Event()  # a new engine instance: run the canary now, not at the interval
@@ -72,25 +73,29 @@ class Sidecar:
         base = None
         if self.cfg.canary.enabled and not self.cfg.canary.baseline:
             if report.baseline is None:
-                raise RuntimeError(f"--qualification {path}: the report carries no canary baseline; pass "
-                                   "--canary-baseline")
+                raise RuntimeError(
+                    f"--qualification {path}: the report carries no canary baseline; pass --canary-baseline"
+                )
             base = Baseline.from_raw(report.baseline, f"--qualification {path}: baseline")
         return base, failed
 
     def _workers(self) -> list[Worker]:
         """Every loop of the sidecar, with how long it may go without progress before it counts as stuck."""
         cfg = self.cfg
-        workers = [Worker("health", self._poll_health, self.stop,
-                          max_silence=cfg.health_interval + 4 * cfg.health_timeout + 30.0)]
+        workers = [
+            Worker(
+                "health", self._poll_health, self.stop, max_silence=cfg.health_interval + 4 * cfg.health_timeout + 30.0
+            )
+        ]
         if cfg.log_source != "none":
             # stdin blocks in read() while vLLM is quiet, which is no fault; files are polled every 0.2 s; the
             # k8s stream times out a quiet read and reconnects.
             silence = {"stdin": None, "k8s": k8s_logs.READ_TIMEOUT + k8s_logs.CONNECT_TIMEOUT + 60.0}
-            workers.append(Worker("log", self._follow_log, self.stop,
-                                  max_silence=silence.get(cfg.log_source, 30.0)))
+            workers.append(Worker("log", self._follow_log, self.stop, max_silence=silence.get(cfg.log_source, 30.0)))
         if self.canary.enabled:
-            workers.append(Worker("canary", self._run_canary, self.stop,
-                                  max_silence=self.canary.max_run_seconds + 30.0))
+            workers.append(
+                Worker("canary", self._run_canary, self.stop, max_silence=self.canary.max_run_seconds + 30.0)
+            )
         return workers
 
     # -- the log ----------------------------------------------------------------------------------------
@@ -146,16 +151,19 @@ class Sidecar:
     def _lines(self, worker: Worker) -> Iterator[str]:
         src = self.cfg.log_source
         if src.startswith("file:"):
-            return logsource.follow_file(src[5:], self.stop, from_start=self.cfg.log_from_start,
-                                         on_up=self._set_source_up, beat=worker.beat)
+            return logsource.follow_file(
+                src[5:], self.stop, from_start=self.cfg.log_from_start, on_up=self._set_source_up, beat=worker.beat
+            )
         if src == "stdin":
             self._set_source_up(True)
             return logsource.stdin_lines(self.stop)
         if src == "k8s":
-            follower = k8s_logs.PodLogFollower.from_environment(self.cfg.k8s_container,
-                                                                on_restart=self.on_container_restart)
-            return logsource.retrying(lambda: follower.stream(self.stop), self.stop, self._set_source_up,
-                                      beat=worker.beat)
+            follower = k8s_logs.PodLogFollower.from_environment(
+                self.cfg.k8s_container, on_restart=self.on_container_restart
+            )
+            return logsource.retrying(
+                lambda: follower.stream(self.stop), self.stop, self._set_source_up, beat=worker.beat
+            )
         raise ValueError(f"no log source {src!r}")
 
     def _follow_log(self, worker: Worker) -> None:
@@ -208,17 +216,29 @@ class Sidecar:
         with self.status.lock:
             state = self.status.log
             ki_error, blocking = self.judge.blocking(state, self.allow)
-            v = readiness.decide(readiness.Inputs(
-                engine=self.status.log.engine, server_healthy=self.status.server_healthy,
-                capture_gate=self.cfg.log_source != "none", log_source_up=self.status.log_source_up,
-                log_source_reason=self.status.log_source_reason, workers=workers,
-                canary_enabled=canary.enabled, canary_passing=canary.passing, canary_reason=canary.last_reason,
-                canary_pass_age=time.monotonic() - canary.last_pass if canary.last_pass else None,
-                canary_max_age=self.cfg.canary.max_pass_age,
-                engine_seen=bool(state.engines_seen), instance=state.instance,
-                instance_reason=state.instance_reason, canary_pass_instance=self.canary_pass_instance,
-                expected_mode=self.cfg.expected_mode, failed_modes=self.failed_modes,
-                known_issues_error=ki_error, blocking_issues=tuple(blocking)))
+            v = readiness.decide(
+                readiness.Inputs(
+                    engine=self.status.log.engine,
+                    server_healthy=self.status.server_healthy,
+                    capture_gate=self.cfg.log_source != "none",
+                    log_source_up=self.status.log_source_up,
+                    log_source_reason=self.status.log_source_reason,
+                    workers=workers,
+                    canary_enabled=canary.enabled,
+                    canary_passing=canary.passing,
+                    canary_reason=canary.last_reason,
+                    canary_pass_age=time.monotonic() - canary.last_pass if canary.last_pass else None,
+                    canary_max_age=self.cfg.canary.max_pass_age,
+                    engine_seen=bool(state.engines_seen),
+                    instance=state.instance,
+                    instance_reason=state.instance_reason,
+                    canary_pass_instance=self.canary_pass_instance,
+                    expected_mode=self.cfg.expected_mode,
+                    failed_modes=self.failed_modes,
+                    known_issues_error=ki_error,
+                    blocking_issues=tuple(blocking),
+                )
+            )
             if (v.ready, v.message) != (self.status.ready, self.status.ready_reason):
                 log.info("readiness: %s (%s)", "ready" if v.ready else "not ready", v.message)
             self.status.ready, self.status.ready_reason, self.status.ready_code = v.ready, v.message, v.code
@@ -247,7 +267,7 @@ class Sidecar:
         interval = self.cfg.canary.interval
         if result.outcome == "error" and result.server_slow:
             self._slow_runs += 1
-            return min(interval * 2 ** self._slow_runs, interval * self.cfg.canary.max_backoff_intervals)
+            return min(interval * 2**self._slow_runs, interval * self.cfg.canary.max_backoff_intervals)
         self._slow_runs = 0
         return min(interval, 10.0) if result.outcome == "error" else interval
 
@@ -296,12 +316,19 @@ class Sidecar:
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
         if not self.canary.enabled:
-            log.warning("the accuracy canary is switched off (--no-canary-enabled): wrong tokens with HTTP 200 will "
-                        "NOT be caught; vllm_canary_configured is 0 and VllmCanaryNotConfigured fires")
+            log.warning(
+                "the accuracy canary is switched off (--no-canary-enabled): wrong tokens with HTTP 200 will "
+                "NOT be caught; vllm_canary_configured is 0 and VllmCanaryNotConfigured fires"
+            )
         self.http = serve(self.cfg.listen_addr, self.registry, self.update_readiness)
-        log.info("listening on %s:%d (pid %d); vLLM %s; log source %s; canary %s", *self.cfg.listen_addr, os.getpid(),
-                 self.cfg.vllm_url, self.cfg.log_source,
-                 f"every {self.cfg.canary.interval:.0f} s" if self.canary.enabled else "OFF")
+        log.info(
+            "listening on %s:%d (pid %d); vLLM %s; log source %s; canary %s",
+            *self.cfg.listen_addr,
+            os.getpid(),
+            self.cfg.vllm_url,
+            self.cfg.log_source,
+            f"every {self.cfg.canary.interval:.0f} s" if self.canary.enabled else "OFF",
+        )
         self.supervisor.start()
 
     def shutdown(self) -> None:

@@ -1,4 +1,5 @@
 """`vllm-rocm-health`: the health sidecar for vLLM on ROCm."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,12 @@ Every serve flag has an environment variable VLLM_HEALTH_<FLAG> (e.g. VLLM_HEALT
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
-               "logger": record.name, "msg": record.getMessage()}
+        out = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out)
@@ -38,27 +43,41 @@ class _JsonFormatter(logging.Formatter):
 
 def setup_logging(fmt: str, level: str) -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(_JsonFormatter() if fmt == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        _JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # httpx logs every request at INFO: one line per /health poll would bury what matters.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-rocm-health", description=DESCRIPTION, allow_abbrev=False,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vllm-rocm-health",
+        description=DESCRIPTION,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the sidecar", description=DESCRIPTION, allow_abbrev=False,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve = sub.add_parser(
+        "serve",
+        help="run the sidecar",
+        description=DESCRIPTION,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cfgmod.add_arguments(serve)
     serve.set_defaults(func=cmd_serve)
     parse = sub.add_parser("parse", help="summarise vLLM log files as JSON")
     parse.add_argument("files", nargs="+", type=Path, help="log files ('-' for stdin)")
     parse.add_argument("--requested-mode", default="", help="the mode asked for, if the log does not say")
-    parse.add_argument("--prefilter", choices=("auto", "hyperscan", "find"), default="auto",
-                       help="block scanner: hyperscan (one SIMD pass), find (stdlib fallback), auto: hyperscan if it "
-                            "loads (default: %(default)s)")
+    parse.add_argument(
+        "--prefilter",
+        choices=("auto", "hyperscan", "find"),
+        default="auto",
+        help="block scanner: hyperscan (one SIMD pass), find (stdlib fallback), auto: hyperscan if it "
+        "loads (default: %(default)s)",
+    )
     parse.set_defaults(func=cmd_parse)
     try:  # `baseline record` belongs to the canary package; the rest works without it
         from .canary.cli import add_baseline_parser

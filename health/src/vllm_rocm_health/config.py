@@ -1,5 +1,6 @@
 """All sidecar settings in one place. Flags and `VLLM_HEALTH_*` environment variables are generated from the
 dataclass fields: a flag beats its variable, a variable beats the default."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 from vllm_rocm_known_issues.evaluator import MODES
@@ -26,25 +27,41 @@ FLAG_ALIASES: dict[str, tuple[str, ...]] = {"canary_baseline": ("--baseline",), 
 class SidecarConfig:
     vllm_url: str = field(default="http://127.0.0.1:8000", metadata={"help": "the vLLM server's HTTP API"})
     listen: str = field(default="0.0.0.0:9400", metadata={"help": "host:port for /metrics, /healthz, /readyz"})
-    log_source: str = field(default="none", metadata={
-        "help": "where the vLLM log comes from: file:PATH (followed across rotation), stdin, k8s (the `vllm` "
-                "container of this pod, via POD_NAME/POD_NAMESPACE), or none"})
+    log_source: str = field(
+        default="none",
+        metadata={
+            "help": "where the vLLM log comes from: file:PATH (followed across rotation), stdin, k8s (the `vllm` "
+            "container of this pod, via POD_NAME/POD_NAMESPACE), or none"
+        },
+    )
     log_from_start: bool = field(default=True, metadata={"help": "read a log file from its start (else from its end)"})
     k8s_container: str = field(default="vllm", metadata={"help": "container whose log the k8s source follows"})
-    expected_mode: str = field(default="", metadata={
-        "help": "the cudagraph_mode the deployment asked vLLM for (the chart passes it): when vLLM's own engine "
-                "config line shows another one, /readyz is 503 (mode_mismatch). Empty: not checked"})
-    qualification: Optional[str] = field(default=None, metadata={  # noqa: UP045 - the flag generator reads Optional
-        "help": "a `qualify` report: its baseline (unless --canary-baseline is given) and the modes it failed "
-                "(running one of them is 503, mode_failed_qualification)"})
-    allow_known_issues: str = field(default="", metadata={
-        "help": "comma-separated known-issue ids accepted on purpose (the chart's allowKnownIssues); any other "
-                "verified wrong-tokens or crash issue active on the running engine makes /readyz 503"})
+    expected_mode: str = field(
+        default="",
+        metadata={
+            "help": "the cudagraph_mode the deployment asked vLLM for (the chart passes it): when vLLM's own engine "
+            "config line shows another one, /readyz is 503 (mode_mismatch). Empty: not checked"
+        },
+    )
+    qualification: str | None = field(
+        default=None,
+        metadata={  # noqa: UP045 - the flag generator reads Optional
+            "help": "a `qualify` report: its baseline (unless --canary-baseline is given) and the modes it failed "
+            "(running one of them is 503, mode_failed_qualification)"
+        },
+    )
+    allow_known_issues: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated known-issue ids accepted on purpose (the chart's allowKnownIssues); any other "
+            "verified wrong-tokens or crash issue active on the running engine makes /readyz 503"
+        },
+    )
     model: str = field(default="", metadata={"help": "served model name (default: the first of /v1/models)"})
-    health_interval: float = field(default=5.0, metadata={
-        "help": "seconds between polls of vLLM /health", "range": (0.1, 3600.0)})
-    health_timeout: float = field(default=3.0, metadata={
-        "help": "timeout of one /health poll", "range": (0.1, 600.0)})
+    health_interval: float = field(
+        default=5.0, metadata={"help": "seconds between polls of vLLM /health", "range": (0.1, 3600.0)}
+    )
+    health_timeout: float = field(default=3.0, metadata={"help": "timeout of one /health poll", "range": (0.1, 600.0)})
     events: bool = field(default=True, metadata={"help": "post Kubernetes Events on state changes (in a cluster)"})
     log_format: str = field(default="text", metadata={"help": "sidecar log format: text or json"})
     log_level: str = field(default="INFO", metadata={"help": "sidecar log level"})
@@ -101,8 +118,9 @@ def add_arguments(parser: argparse.ArgumentParser, environ: dict[str, str] | Non
         help_text = f"{f.metadata.get('help', '')} [env {var}; default: {default}]"
         flags = [flag, *FLAG_ALIASES.get(name, ())]
         if tp is bool:
-            parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=default,
-                                help=help_text)
+            parser.add_argument(
+                *flags, dest=name, action=argparse.BooleanOptionalAction, default=default, help=help_text
+            )
         else:
             parser.add_argument(*flags, dest=name, type=conv, default=default, help=help_text, metavar=name.upper())
 
@@ -199,7 +217,8 @@ def validate(cfg: SidecarConfig) -> None:
             "without the canary, say so with --no-canary-enabled: wrong tokens will then NOT be caught. (As "
             "environment variables: VLLM_HEALTH_CANARY_BASELINE, VLLM_HEALTH_QUALIFICATION or "
             "VLLM_HEALTH_CANARY_ENABLED=false; with compose, the overlays compose.baseline.yaml, "
-            "compose.qualified.yaml or compose.no-canary.yaml, see docker/README.md)")
+            "compose.qualified.yaml or compose.no-canary.yaml, see docker/README.md)"
+        )
     if not c.enabled and c.baseline:
         raise ValueError("--no-canary-enabled with --canary-baseline: say one or the other")
     if cfg.qualification and not os.path.isfile(cfg.qualification):

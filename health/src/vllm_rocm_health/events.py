@@ -1,4 +1,5 @@
 """Kubernetes Events on the sidecar's own pod, for state transitions an operator should see in `kubectl get events`."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -43,11 +44,17 @@ class EventPoster:
         now = dt.datetime.now(dt.timezone.utc)
         body = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{self.pod}.", namespace=self.namespace),
-            involved_object=client.V1ObjectReference(kind="Pod", name=self.pod, namespace=self.namespace,
-                                                     uid=self.pod_uid or None, api_version="v1"),
-            reason=reason, message=message[:1024], type="Warning" if warning else "Normal",
+            involved_object=client.V1ObjectReference(
+                kind="Pod", name=self.pod, namespace=self.namespace, uid=self.pod_uid or None, api_version="v1"
+            ),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
             source=client.V1EventSource(component="vllm-rocm-health"),
-            first_timestamp=now, last_timestamp=now, count=1)
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
         try:
             self.api.create_namespaced_event(self.namespace, body)
         except Exception as e:

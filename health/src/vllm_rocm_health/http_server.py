@@ -1,4 +1,5 @@
 """/metrics, /healthz and /readyz on one small threaded HTTP server."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 log = logging.getLogger(__name__)
 
 
-def serve(addr: tuple[str, int], registry: CollectorRegistry,
-          readiness: Callable[[], tuple[bool, str]]) -> ThreadingHTTPServer:
+def serve(
+    addr: tuple[str, int], registry: CollectorRegistry, readiness: Callable[[], tuple[bool, str]]
+) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server API
             path = self.path.split("?", 1)[0]

@@ -1,5 +1,6 @@
 """Follow the `vllm` container's log of this pod through the Kubernetes API, resuming after disconnects
 without double counting, and noticing container restarts."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -34,14 +35,15 @@ def ts_key(rfc3339: str) -> str:
 
 
 class PodLogFollower:
-    def __init__(self, api: Any, namespace: str, pod: str, container: str,
-                 on_restart: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, api: Any, namespace: str, pod: str, container: str, on_restart: Callable[[], None] | None = None
+    ) -> None:
         self.api = api
         self.namespace = namespace
         self.pod = pod
         self.container = container
         self.on_restart = on_restart
-        self.last_ts = ""        # RFC3339 timestamp of the last line handed on
+        self.last_ts = ""  # RFC3339 timestamp of the last line handed on
         self.seen_at_last_ts = 0  # lines already handed on that carry exactly last_ts
         self.container_id = ""
 
@@ -57,7 +59,7 @@ class PodLogFollower:
 
     def _check_container(self) -> None:
         pod = self.api.read_namespaced_pod(self.pod, self.namespace)
-        for cs in (pod.status.container_statuses or []):
+        for cs in pod.status.container_statuses or []:
             if cs.name == self.container:
                 cid = cs.container_id or ""
                 if self.container_id and cid and cid != self.container_id:
@@ -70,8 +72,12 @@ class PodLogFollower:
     def stream(self, stop: threading.Event) -> Iterator[str]:
         """One connection; ends or raises on disconnect (the caller reconnects)."""
         self._check_container()
-        kwargs: dict[str, Any] = {"container": self.container, "follow": True, "timestamps": True,
-                                  "_preload_content": False}
+        kwargs: dict[str, Any] = {
+            "container": self.container,
+            "follow": True,
+            "timestamps": True,
+            "_preload_content": False,
+        }
         if self.last_ts:
             # The client has no sinceTime: ask from a little before the last line, then drop what was handed on.
             kwargs["since_seconds"] = _seconds_since(self.last_ts) + 2  # last_ts is a ts_key(): same prefix

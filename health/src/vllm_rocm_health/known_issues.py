@@ -14,6 +14,7 @@ consumer); this module only turns the log state into its `Config`:
 Whatever is unknown leaves a row `possible`, never `active`: the metric only says active for a row every
 condition of which the log (or the deployment) established.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,8 +43,13 @@ class Judgement:
 class KnownIssueJudge:
     """Loads the data once; `judge(state)` is pure and cheap (a few dozen rows), so it runs at scrape time."""
 
-    def __init__(self, data: ki.KnownIssues | None = None, rocm: str | None = None, arch: str | None = None,
-                 environ: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data: ki.KnownIssues | None = None,
+        rocm: str | None = None,
+        arch: str | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> None:
         env = os.environ if environ is None else environ
         self.rocm = rocm or env.get(ENV_ROCM) or None
         self.arch = arch or env.get(ENV_ARCH) or None

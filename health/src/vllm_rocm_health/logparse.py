@@ -6,6 +6,7 @@ logs it (the `[file.py:N]` name, stable across releases while the line number is
 so it can neither fake a restart nor a GPU error. Every lines first goes through the substring prefilter of
 `prefilter.py`: nearly all lines of a busy server are request and stats lines.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,12 +28,16 @@ _ARGS_MODE = re.compile(r"""cudagraph_mode['"]?\s*[:=]\s*(?:<CUDAGraphMode\.)?['
 _ENFORCE_EAGER = re.compile(r"""enforce_eager['"]?\s*[:=]\s*True""")
 _DOWNGRADE = re.compile(
     r"CUDAGraphMode\.(\w+) is not supported (?:with spec-decode for attention backend (\w+)|with (\w+) backend)"
-    r" \(support: ?AttentionCGSupport\.(\w+)\)\s*;\s*setting cudagraph_mode=(\w+)")
+    r" \(support: ?AttentionCGSupport\.(\w+)\)\s*;\s*setting cudagraph_mode=(\w+)"
+)
 _UNSUPPORTED_RAISE = re.compile(
     r"CUDAGraphMode\.(\w+) is not supported with (\w+) backend \(support: ?AttentionCGSupport\.(\w+)\)"
-    r"\s*;\s*please try")
-_BAR = re.compile(r"Capturing CUDA graphs \((?:(mixed prefill-decode|decode), )?(PIECEWISE|FULL)\)"
-                  r"[^|]*\|[^|]*\|\s*(\d{1,9})/(\d{1,9})")
+    r"\s*;\s*please try"
+)
+_BAR = re.compile(
+    r"Capturing CUDA graphs \((?:(mixed prefill-decode|decode), )?(PIECEWISE|FULL)\)"
+    r"[^|]*\|[^|]*\|\s*(\d{1,9})/(\d{1,9})"
+)
 _BAR_START = re.compile(r"Capturing CUDA graphs \((?:(mixed prefill-decode|decode), )?(PIECEWISE|FULL)\)")
 _FINISHED = re.compile(r"Graph capturing finished in (\d{1,9}) secs?, took (-?\d{1,9}(?:\.\d{1,9})?) GiB")
 _PROFILED_ITEM = re.compile(r"\b(PIECEWISE|FULL)=(\d{1,9})")
@@ -53,7 +58,8 @@ _BACKEND_PROSE = (
 )
 _BACKEND_ENUM = re.compile(
     r"(?:Using ([A-Z][A-Z0-9_]+) backend (?:\(selected via --attention-backend\)|out of potential backends)"
-    r"|Overriding with ([A-Z][A-Z0-9_]+) out of potential backends)")
+    r"|Overriding with ([A-Z][A-Z0-9_]+) out of potential backends)"
+)
 # The engine config line (VllmConfig.__str__, 0.10-0.33): the facts the known-issues data conditions on.
 _CFG_QUANT = re.compile(r"\bquantization=([\w.-]+)")
 _CFG_KV = re.compile(r"\bkv_cache_dtype=([\w.-]+)")
@@ -66,16 +72,19 @@ _ARGS_MAX_SEQS = re.compile(r"""['"]max_num_seqs['"]\s*:\s*(\d{1,9})\b""")
 # ROCm version and the VLLM_ROCM_* environment, none of which vLLM logs itself.
 FACTS_PREFIX = "vllm-rocm facts: "
 
-_OVERRIDE = re.compile(r"(?:Overriding (?:cudagraph_mode (?:%s |\w+ )?(?:from \w+ )?)?to|Setting cudagraph_mode to)"
-                       r" (" + "|".join(sorted(MODES, key=len, reverse=True)) + r")\b")  # longest first
+_OVERRIDE = re.compile(
+    r"(?:Overriding (?:cudagraph_mode (?:%s |\w+ )?(?:from \w+ )?)?to|Setting cudagraph_mode to)"
+    r" (" + "|".join(sorted(MODES, key=len, reverse=True)) + r")\b"
+)  # longest first
 
 
 @dataclass(frozen=True)
 class Event:
     """One fact a line established. `kind` is one of the names below; the other fields depend on it."""
+
     kind: str
-    mode: str = ""       # requested / effective / bar mode
-    phase: str = ""      # decode | mixed | unspecified
+    mode: str = ""  # requested / effective / bar mode
+    phase: str = ""  # decode | mixed | unspecified
     done: int = 0
     total: int = 0
     seconds: float = 0.0
@@ -85,23 +94,23 @@ class Event:
 
 
 # Event kinds
-ENGINE_START = "engine_start"        # a new engine config line: mode = requested (config stage), text = version
-REQUESTED = "requested"              # mode from non-default args
+ENGINE_START = "engine_start"  # a new engine config line: mode = requested (config stage), text = version
+REQUESTED = "requested"  # mode from non-default args
 EAGER = "eager"
-DOWNGRADE = "downgrade"              # mode = effective, text = requested
-KV_CACHE = "kv_cache"                # `Available KV cache memory`: after it, a capture is the real one
-BAR = "bar"                          # capture progress: phase, mode, done, total
-FINISHED = "finished"                # seconds, gib
-FAILURE = "failure"                  # reason: oom | gpu_error | exception | engine_failed
-SKIPPED = "skipped"                  # capture skipped (mode NONE)
-PROFILED = "profiled"                # 0.20+ V1 graph-memory profiling: mode = what will be captured (resolved)
-BACKEND = "backend"                  # attention backend selected: text = vLLM's enum name
-CONFIG = "config"                    # engine config facts: text = JSON {quantization, kv_cache_dtype, ...}
-ARGS = "args"                        # non-default args facts: text = JSON {max_num_seqs}
-FACTS = "facts"                      # the image entrypoint's facts line: text = its JSON object
-PLATFORM = "platform"                # `Automatically detected platform rocm.`: text = the platform
-ARCHITECTURE = "architecture"        # `Resolved architecture: LlamaForCausalLM`: text = the model's architecture
-SHUTDOWN = "shutdown"                # `[shutdown] ...` (0.32+): vLLM stops this engine (teardown tracebacks follow)
+DOWNGRADE = "downgrade"  # mode = effective, text = requested
+KV_CACHE = "kv_cache"  # `Available KV cache memory`: after it, a capture is the real one
+BAR = "bar"  # capture progress: phase, mode, done, total
+FINISHED = "finished"  # seconds, gib
+FAILURE = "failure"  # reason: oom | gpu_error | exception | engine_failed
+SKIPPED = "skipped"  # capture skipped (mode NONE)
+PROFILED = "profiled"  # 0.20+ V1 graph-memory profiling: mode = what will be captured (resolved)
+BACKEND = "backend"  # attention backend selected: text = vLLM's enum name
+CONFIG = "config"  # engine config facts: text = JSON {quantization, kv_cache_dtype, ...}
+ARGS = "args"  # non-default args facts: text = JSON {max_num_seqs}
+FACTS = "facts"  # the image entrypoint's facts line: text = its JSON object
+PLATFORM = "platform"  # `Automatically detected platform rocm.`: text = the platform
+ARCHITECTURE = "architecture"  # `Resolved architecture: LlamaForCausalLM`: text = the model's architecture
+SHUTDOWN = "shutdown"  # `[shutdown] ...` (0.32+): vLLM stops this engine (teardown tracebacks follow)
 
 _PHASE = {"mixed prefill-decode": "mixed", "decode": "decode", None: "unspecified"}
 
@@ -109,16 +118,40 @@ _PHASE = {"mixed prefill-decode": "mixed", "decode": "decode", None: "unspecifie
 # print it (shared notes §2-§4; tests/health/test_logparse.py checks the fixtures and the real 0.26/0.32 logs).
 # A line from any other module (the request path: serving_*.py, logger.py, api_server.py) is never an event.
 _SRC_ENGINE = frozenset({"core.py"})
-_SRC_ARGS = frozenset({"utils.py", "api_utils.py", "startup.py", "arg_utils.py", "cli_args.py", "main.py",
-                       "serve.py"})
+_SRC_ARGS = frozenset({"utils.py", "api_utils.py", "startup.py", "arg_utils.py", "cli_args.py", "main.py", "serve.py"})
 _SRC_PLATFORM = frozenset({"__init__.py"})
 _SRC_BACKEND = frozenset({"rocm.py", "cuda.py", "cpu.py", "xpu.py", "selector.py", "interface.py"})
-_SRC_RESOLVE = frozenset({"gpu_model_runner.py", "model_runner.py", "compilation.py", "cudagraph_utils.py",
-                          "vllm.py", "config.py", "__init__.py", "model.py", "rocm.py", "cuda.py", "interface.py"})
+_SRC_RESOLVE = frozenset(
+    {
+        "gpu_model_runner.py",
+        "model_runner.py",
+        "compilation.py",
+        "cudagraph_utils.py",
+        "vllm.py",
+        "config.py",
+        "__init__.py",
+        "model.py",
+        "rocm.py",
+        "cuda.py",
+        "interface.py",
+    }
+)
 _SRC_CAPTURE = frozenset({"gpu_model_runner.py", "model_runner.py", "cudagraph_utils.py", "cpu_model_runner.py"})
 _SRC_KV = frozenset({"gpu_worker.py", "cpu_worker.py", "worker.py", "kv_cache_utils.py"})
-_SRC_FAILURE = frozenset({"core.py", "utils.py", "core_client.py", "multiproc_executor.py", "gpu_worker.py",
-                          "gpu_model_runner.py", "model_runner.py", "cpu_worker.py", "async_llm.py", "llm_engine.py"})
+_SRC_FAILURE = frozenset(
+    {
+        "core.py",
+        "utils.py",
+        "core_client.py",
+        "multiproc_executor.py",
+        "gpu_worker.py",
+        "gpu_model_runner.py",
+        "model_runner.py",
+        "cpu_worker.py",
+        "async_llm.py",
+        "llm_engine.py",
+    }
+)
 
 _VERSION = re.compile(r"Initializing a V1 LLM engine \(v([0-9][0-9A-Za-z.+!_-]{0,63})\) with config: ")
 _PLATFORM = re.compile(r"Automatically detected platform ([a-z]{1,16})\.")
@@ -131,8 +164,10 @@ _SRC_SHUTDOWN = frozenset({"launcher.py", "core.py", "core_client.py"})
 # The start of an exception line of a traceback that says the GPU failed; anchored, so a request error whose
 # message merely mentions "HIP error" is not one.
 _OOM = re.compile(r"(?:torch\.(?:cuda\.)?OutOfMemoryError|OutOfMemoryError|RuntimeError): (?:CUDA|HIP) out of memory")
-_GPU_ERROR = re.compile(r"(?:(?:RuntimeError|torch\.AcceleratorError|torch\.cuda\.CudaError): )?(?:CUDA|HIP) error: "
-                        r"|Memory access fault by GPU node-\d")
+_GPU_ERROR = re.compile(
+    r"(?:(?:RuntimeError|torch\.AcceleratorError|torch\.cuda\.CudaError): )?(?:CUDA|HIP) error: "
+    r"|Memory access fault by GPU node-\d"
+)
 _ENGINE_FAILED = re.compile(r"(?:RuntimeError: )?(?:EngineCore failed to start|Engine core initialization failed)")
 TRACEBACK = "Traceback (most recent call last):"
 
@@ -161,7 +196,7 @@ def _parse_raw(line: LogLine) -> list[Event]:
         return out
     if msg.startswith(FACTS_PREFIX) and not line.proc:
         try:
-            facts = json.loads(msg[len(FACTS_PREFIX):])
+            facts = json.loads(msg[len(FACTS_PREFIX) :])
         except ValueError:
             return []
         return [Event(FACTS, text=json.dumps(facts, sort_keys=True))] if isinstance(facts, dict) else []
@@ -240,15 +275,17 @@ def _parse_logger(line: LogLine) -> list[Event]:
         pw, full = counts.get("PIECEWISE", 0) > 0, counts.get("FULL", 0) > 0
         mode = "FULL_AND_PIECEWISE" if pw and full else "PIECEWISE" if pw else "FULL" if full else "NONE"
         return [Event(PROFILED, mode=mode)]
-    if src in _SRC_RESOLVE and ("Overriding" in msg or "Setting cudagraph_mode" in msg) \
-            and "cudagraph" in msg.lower():
+    if src in _SRC_RESOLVE and ("Overriding" in msg or "Setting cudagraph_mode" in msg) and "cudagraph" in msg.lower():
         m = _OVERRIDE.search(msg[:4096])
         return [Event(DOWNGRADE, mode=m.group(1), reason="config override")] if m else []
-    if src in _SRC_RESOLVE and (msg.startswith("Cudagraph is disabled under eager mode")
-                                or msg.startswith("Enforce eager set")):
+    if src in _SRC_RESOLVE and (
+        msg.startswith("Cudagraph is disabled under eager mode") or msg.startswith("Enforce eager set")
+    ):
         return [Event(EAGER, text="eager mode")]
-    if src in _SRC_CAPTURE and (msg.startswith("Skipping CUDA graph capture")
-                                or msg.startswith("Skipping encoder and decoder CUDA graph capture")):
+    if src in _SRC_CAPTURE and (
+        msg.startswith("Skipping CUDA graph capture")
+        or msg.startswith("Skipping encoder and decoder CUDA graph capture")
+    ):
         return [Event(SKIPPED)]
     if src in _SRC_KV and msg.startswith("Available KV cache memory"):
         return [Event(KV_CACHE)]

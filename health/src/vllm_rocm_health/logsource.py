@@ -1,5 +1,6 @@
 """Where the vLLM log comes from: a file (followed across rotation and truncation), stdin, or nothing.
 The Kubernetes API source is in k8s_logs.py."""
+
 from __future__ import annotations
 
 import logging
@@ -40,7 +41,7 @@ class LineSplitter:
                 out.append(self._buf.decode("utf-8", "replace"))
                 self._buf = b""
             elif len(self._buf) > self.max_line:
-                out.append(self._buf[:self.max_line].decode("utf-8", "replace") + " [line cut]")
+                out.append(self._buf[: self.max_line].decode("utf-8", "replace") + " [line cut]")
                 self._buf = b""
                 self._dropping = True
         return out
@@ -69,8 +70,14 @@ def file_problem(path: str) -> tuple[str, bool]:
     return "", False
 
 
-def follow_file(path: str, stop: threading.Event, poll: float = 0.2, from_start: bool = True,
-                on_up: OnUp | None = None, beat: Callable[[], None] | None = None) -> Iterator[str]:
+def follow_file(
+    path: str,
+    stop: threading.Event,
+    poll: float = 0.2,
+    from_start: bool = True,
+    on_up: OnUp | None = None,
+    beat: Callable[[], None] | None = None,
+) -> Iterator[str]:
     """Yield lines appended to `path`, like `tail -F`: waits for the file to appear, reopens it when it is
     replaced (rotation), and starts over when it shrinks (truncation). A partial last line is held back.
 
@@ -137,8 +144,14 @@ def stdin_lines(stop: threading.Event) -> Iterator[str]:
     return read_stream(sys.stdin.buffer, stop)
 
 
-def retrying(make: Callable[[], Iterator[str]], stop: threading.Event, on_up: OnUp,
-             backoff: float = 1.0, max_backoff: float = 30.0, beat: Callable[[], None] | None = None) -> Iterator[str]:
+def retrying(
+    make: Callable[[], Iterator[str]],
+    stop: threading.Event,
+    on_up: OnUp,
+    backoff: float = 1.0,
+    max_backoff: float = 30.0,
+    beat: Callable[[], None] | None = None,
+) -> Iterator[str]:
     """Re-open a source that ends or raises (API disconnect), with capped exponential backoff."""
     delay = backoff
     while not stop.is_set():

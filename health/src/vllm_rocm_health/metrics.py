@@ -1,4 +1,5 @@
 """The sidecar's capture, engine and self metrics, read from the state at scrape time (one consistent snapshot)."""
+
 from __future__ import annotations
 
 import threading
@@ -45,45 +46,76 @@ class CaptureCollector(Collector):
         with s.lock:
             e = s.log.engine
             g = GaugeMetricFamily
-            yield g("vllm_cudagraph_capture_finished",
-                    "1 when the current engine logged `Graph capturing finished` (final pass)",
-                    value=int(e.capture_finished))
-            yield g("vllm_cudagraph_capture_duration_seconds", "Capture time of the last finished capture",
-                    value=e.capture_seconds)
-            yield g("vllm_cudagraph_capture_memory_bytes", "Memory the last finished capture took",
-                    value=e.capture_gib * 2**30)
-            yield g("vllm_cudagraph_capture_progress_ratio", "Progress of the capture bars of the current pass",
-                    value=e.progress)
-            graphs = g("vllm_cudagraph_graphs_captured", "CUDA graphs captured in the final pass",
-                       labels=["phase", "runtime_mode"])
+            yield g(
+                "vllm_cudagraph_capture_finished",
+                "1 when the current engine logged `Graph capturing finished` (final pass)",
+                value=int(e.capture_finished),
+            )
+            yield g(
+                "vllm_cudagraph_capture_duration_seconds",
+                "Capture time of the last finished capture",
+                value=e.capture_seconds,
+            )
+            yield g(
+                "vllm_cudagraph_capture_memory_bytes",
+                "Memory the last finished capture took",
+                value=e.capture_gib * 2**30,
+            )
+            yield g(
+                "vllm_cudagraph_capture_progress_ratio",
+                "Progress of the capture bars of the current pass",
+                value=e.progress,
+            )
+            graphs = g(
+                "vllm_cudagraph_graphs_captured",
+                "CUDA graphs captured in the final pass",
+                labels=["phase", "runtime_mode"],
+            )
             for phase in PHASES:
                 for mode in RUNTIME_MODES:
                     graphs.add_metric([phase, mode], e.graphs.get((phase, mode), 0))
             yield graphs
-            info = g("vllm_cudagraph_mode_info", "Requested and effective cudagraph_mode of the current engine",
-                     labels=["requested", "effective"])
+            info = g(
+                "vllm_cudagraph_mode_info",
+                "Requested and effective cudagraph_mode of the current engine",
+                labels=["requested", "effective"],
+            )
             info.add_metric([e.requested, e.effective], 1)
             yield info
-            yield g("vllm_cudagraph_mode_downgraded", "1 when vLLM changed the requested cudagraph_mode",
-                    value=int(e.downgraded))
-            fails = CounterMetricFamily("vllm_cudagraph_capture_failures", "CUDA-graph capture / engine start failures",
-                                        labels=["reason"])
+            yield g(
+                "vllm_cudagraph_mode_downgraded",
+                "1 when vLLM changed the requested cudagraph_mode",
+                value=int(e.downgraded),
+            )
+            fails = CounterMetricFamily(
+                "vllm_cudagraph_capture_failures", "CUDA-graph capture / engine start failures", labels=["reason"]
+            )
             for reason in FAILURE_REASONS:
                 fails.add_metric([reason], s.log.failures_total.get(reason, 0))
             yield fails
-            yield g("vllm_engine_eager_mode", "1 when the engine runs without CUDA graphs",
-                    value=int(e.runs_without_graphs))
-            yield CounterMetricFamily("vllm_engine_restarts", "Engine restarts seen after the first start",
-                                      value=s.log.restarts)
-            yield CounterMetricFamily("vllm_engine_instances", "Engine instances seen (start, restart, new capture, "
-                                      "new engine pid, /health outage): a canary pass counts only on the current one",
-                                      value=s.log.instance)
-            yield g("vllm_engine_start_time_seconds", "Unix time the current engine instance started",
-                    value=s.engine_start_time)
+            yield g(
+                "vllm_engine_eager_mode", "1 when the engine runs without CUDA graphs", value=int(e.runs_without_graphs)
+            )
+            yield CounterMetricFamily(
+                "vllm_engine_restarts", "Engine restarts seen after the first start", value=s.log.restarts
+            )
+            yield CounterMetricFamily(
+                "vllm_engine_instances",
+                "Engine instances seen (start, restart, new capture, "
+                "new engine pid, /health outage): a canary pass counts only on the current one",
+                value=s.log.instance,
+            )
+            yield g(
+                "vllm_engine_start_time_seconds",
+                "Unix time the current engine instance started",
+                value=s.engine_start_time,
+            )
             yield g("vllm_sidecar_ready", "What /readyz answers (1 = 200)", value=int(s.ready))
-            why = g("vllm_sidecar_not_ready_reason",
-                    "1 for the rule that keeps /readyz at 503 (the first unmet one; /readyz has the details)",
-                    labels=["reason"])
+            why = g(
+                "vllm_sidecar_not_ready_reason",
+                "1 for the rule that keeps /readyz at 503 (the first unmet one; /readyz has the details)",
+                labels=["reason"],
+            )
             for reason in REASONS:
                 why.add_metric([reason], int(not s.ready and s.ready_code == reason))
             yield why
@@ -95,13 +127,23 @@ class CaptureCollector(Collector):
         """One series per known issue (0 or 1), so an alert sees a row go active rather than appear."""
         g = GaugeMetricFamily
         verdict = self.judge.judge(state)  # never raises: a failure is a verdict that is not ok
-        yield g("vllm_known_issues_evaluated", "1 when the known-issues data was judged against this engine",
-                value=int(verdict.ok))
+        yield g(
+            "vllm_known_issues_evaluated",
+            "1 when the known-issues data was judged against this engine",
+            value=int(verdict.ok),
+        )
         labels = ["id", "symptom", "verified"]
-        active = g("vllm_known_issue_active", "1 when a known issue applies to this engine (every condition seen in"
-                   " its log or deployment) and no applied patch mitigates it", labels=labels)
-        possible = g("vllm_known_issue_possible", "1 when a known issue may apply: no known fact contradicts it,"
-                     " but some condition could not be seen", labels=labels)
+        active = g(
+            "vllm_known_issue_active",
+            "1 when a known issue applies to this engine (every condition seen in"
+            " its log or deployment) and no applied patch mitigates it",
+            labels=labels,
+        )
+        possible = g(
+            "vllm_known_issue_possible",
+            "1 when a known issue may apply: no known fact contradicts it, but some condition could not be seen",
+            labels=labels,
+        )
         by_id = {m.issue.id: m for m in verdict.matches}
         for issue in self.judge.issues:
             m = by_id.get(issue.id)
@@ -119,10 +161,12 @@ class WorkerCollector(Collector):
         self.statuses = statuses
 
     def collect(self) -> Iterator:
-        up = GaugeMetricFamily("vllm_sidecar_worker_up", "1 while the worker loop is alive and making progress",
-                               labels=["worker"])
-        restarts = CounterMetricFamily("vllm_sidecar_worker_restarts", "Times the worker loop was restarted after "
-                                       "it died", labels=["worker"])
+        up = GaugeMetricFamily(
+            "vllm_sidecar_worker_up", "1 while the worker loop is alive and making progress", labels=["worker"]
+        )
+        restarts = CounterMetricFamily(
+            "vllm_sidecar_worker_restarts", "Times the worker loop was restarted after it died", labels=["worker"]
+        )
         for w in self.statuses():
             up.add_metric([w.name], int(w.up))
             restarts.add_metric([w.name], w.restarts)

@@ -6,6 +6,7 @@ blocks are scanned at once: with Hyperscan (one SIMD pass for all needles, faste
 wheel is installed, else with one `bytes.find` pass per needle (C speed, about 6x slower than Hyperscan on
 14 needles). Both give the same lines (tests/health/test_prefilter.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,10 +19,27 @@ log = logging.getLogger(__name__)
 # fixtures and the known message templates). Keep them specific: a needle that request text can contain
 # ("failed") turns every request line into a candidate.
 NEEDLES: tuple[str, ...] = (
-    "udagraph", "CUDAGraphMode", "CUDA graph", "Graph capturing", "LLM engine", "non-default args", "eager",
+    "udagraph",
+    "CUDAGraphMode",
+    "CUDA graph",
+    "Graph capturing",
+    "LLM engine",
+    "non-default args",
+    "eager",
     "Resolved architecture",
-    "KV cache memory", "of memory", "rror", "Traceback", "Overriding", "failed to start", "initialization failed",
-    "backend", "vllm-rocm facts", "access fault", "detected platform", "[shutdown]")
+    "KV cache memory",
+    "of memory",
+    "rror",
+    "Traceback",
+    "Overriding",
+    "failed to start",
+    "initialization failed",
+    "backend",
+    "vllm-rocm facts",
+    "access fault",
+    "detected platform",
+    "[shutdown]",
+)
 
 
 def _line_test(needles: Iterable[str]) -> Callable[[str], bool]:

@@ -3,6 +3,7 @@ worker loop alive and making progress; the engine that runs is the one the deplo
 mode, no unmitigated verified known issue, no mode the qualification failed), up with its graphs captured (or
 running without graphs); vLLM answering /health; and a recent canary pass measured on this very engine instance.
 Pure function of one snapshot, so every rule is testable; the first rule that is not met is the reason."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,9 +14,22 @@ from .state import EngineState
 from .workers import WorkerStatus
 
 # Bounded reason codes (the `reason` label of vllm_sidecar_not_ready_reason); the message has the details.
-REASONS = ("worker_down", "engine_failed", "known_issues_unknown", "known_issue", "mode_unknown", "mode_mismatch",
-           "mode_failed_qualification", "log_source_down", "capture_pending", "health_unknown", "health_failing",
-           "canary_pending", "canary_failing", "canary_stale")
+REASONS = (
+    "worker_down",
+    "engine_failed",
+    "known_issues_unknown",
+    "known_issue",
+    "mode_unknown",
+    "mode_mismatch",
+    "mode_failed_qualification",
+    "log_source_down",
+    "capture_pending",
+    "health_unknown",
+    "health_failing",
+    "canary_pending",
+    "canary_failing",
+    "canary_stale",
+)
 
 
 @dataclass
@@ -34,13 +48,13 @@ class Inputs:
     canary_pass_age: float | None = None  # seconds since the last pass ended; None = never passed
     canary_max_age: float = float("inf")
     # Runtime authority: what vLLM's own log says it runs, against what the deployment asked for.
-    engine_seen: bool = False            # vLLM's engine config line of the current engine was read
-    instance: int = 0                    # the current engine instance (LogState.instance)
+    engine_seen: bool = False  # vLLM's engine config line of the current engine was read
+    instance: int = 0  # the current engine instance (LogState.instance)
     instance_reason: str = ""
     canary_pass_instance: int | None = None  # the instance the last canary pass was measured on
-    expected_mode: str = ""              # "" = the deployment did not say
+    expected_mode: str = ""  # "" = the deployment did not say
     failed_modes: frozenset[str] = frozenset()  # modes the qualification report failed
-    known_issues_error: str = ""         # the known issues could not be judged for this engine
+    known_issues_error: str = ""  # the known issues could not be judged for this engine
     blocking_issues: tuple[str, ...] = ()  # "id: title" of each verified, active, unmitigated, not allowed row
 
 
@@ -64,8 +78,11 @@ def decide(i: Inputs) -> Verdict:
             return v
     if i.capture_gate and not (e.capture_finished or e.runs_without_graphs):
         if not i.log_source_up:
-            return Verdict(False, "log_source_down",
-                           f"no vLLM log to read the capture state from: {i.log_source_reason or 'not connected'}")
+            return Verdict(
+                False,
+                "log_source_down",
+                f"no vLLM log to read the capture state from: {i.log_source_reason or 'not connected'}",
+            )
         return Verdict(False, "capture_pending", f"CUDA-graph capture not finished ({e.progress:.0%})")
     if i.server_healthy is None:
         return Verdict(False, "health_unknown", "vLLM /health not polled yet")
@@ -77,14 +94,21 @@ def decide(i: Inputs) -> Verdict:
         if not i.canary_passing:
             return Verdict(False, "canary_failing", i.canary_reason)
         if i.canary_pass_instance != i.instance:
-            return Verdict(False, "canary_pending", "the canary has not passed on this engine instance yet "
-                           f"({i.instance_reason or 'new instance'}); a run is due now")
+            return Verdict(
+                False,
+                "canary_pending",
+                "the canary has not passed on this engine instance yet "
+                f"({i.instance_reason or 'new instance'}); a run is due now",
+            )
         # `not age <= limit`: an unknown (None) or NaN age is stale too.
         if i.canary_pass_age is None or not i.canary_pass_age <= i.canary_max_age:
             age = "never" if i.canary_pass_age is None else f"{i.canary_pass_age:.0f} s ago"
-            return Verdict(False, "canary_stale",
-                           f"the last canary pass is too old ({age}; limit {i.canary_max_age:.0f} s): the canary "
-                           "is not running or not finishing")
+            return Verdict(
+                False,
+                "canary_stale",
+                f"the last canary pass is too old ({age}; limit {i.canary_max_age:.0f} s): the canary "
+                "is not running or not finishing",
+            )
     return Verdict(True, "ok", "ok")
 
 
@@ -94,17 +118,32 @@ def _authority(i: Inputs) -> Verdict | None:
     if i.known_issues_error:
         return Verdict(False, "known_issues_unknown", f"known issues cannot be judged: {i.known_issues_error}")
     if i.blocking_issues:
-        return Verdict(False, "known_issue", "a verified known issue applies to what vLLM runs and no applied patch "
-                       "mitigates it: " + "; ".join(i.blocking_issues) + " (allow it explicitly only after reading "
-                       "the runbook)")
+        return Verdict(
+            False,
+            "known_issue",
+            "a verified known issue applies to what vLLM runs and no applied patch "
+            "mitigates it: " + "; ".join(i.blocking_issues) + " (allow it explicitly only after reading "
+            "the runbook)",
+        )
     if i.expected_mode:
         if e.config_mode not in MODES:
-            return Verdict(False, "mode_unknown", "vLLM's engine config line shows no cudagraph_mode to check "
-                           f"against the expected {i.expected_mode}")
+            return Verdict(
+                False,
+                "mode_unknown",
+                f"vLLM's engine config line shows no cudagraph_mode to check against the expected {i.expected_mode}",
+            )
         if e.config_mode != i.expected_mode:
-            return Verdict(False, "mode_mismatch", f"vLLM runs cudagraph_mode {e.config_mode}, the deployment asked "
-                           f"for {i.expected_mode} (a wrapper, an env var or a config file changed it)")
+            return Verdict(
+                False,
+                "mode_mismatch",
+                f"vLLM runs cudagraph_mode {e.config_mode}, the deployment asked "
+                f"for {i.expected_mode} (a wrapper, an env var or a config file changed it)",
+            )
     if e.effective in i.failed_modes:
-        return Verdict(False, "mode_failed_qualification", f"vLLM runs cudagraph_mode {e.effective} (asked for "
-                       f"{e.requested}), which the qualification report failed on this node")
+        return Verdict(
+            False,
+            "mode_failed_qualification",
+            f"vLLM runs cudagraph_mode {e.effective} (asked for "
+            f"{e.requested}), which the qualification report failed on this node",
+        )
     return None

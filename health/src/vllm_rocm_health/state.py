@@ -1,4 +1,5 @@
 """The state of one vLLM server's CUDA-graph start-up, built from log events. Pure: no I/O, no clock."""
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,13 @@ _ENGINE_PROCS = ("EngineCore", "Worker", "VllmWorker")
 @dataclass
 class EngineState:
     """What is known about the current engine instance (reset at every engine (re)start)."""
+
     version: str = ""
-    config_mode: str = "unknown"     # the mode of vLLM's engine config line (what it was asked, after config overrides)
+    config_mode: str = "unknown"  # the mode of vLLM's engine config line (what it was asked, after config overrides)
     requested: str = "unknown"
     effective: str = "unknown"
-    downgrade_warned: bool = False   # vLLM logged a downgrade warning
-    bars_differ: bool = False        # the captured graphs show another mode than requested
+    downgrade_warned: bool = False  # vLLM logged a downgrade warning
+    bars_differ: bool = False  # the captured graphs show another mode than requested
     downgrade_reason: str = ""
     eager: bool = False
     skipped: bool = False
@@ -43,9 +45,9 @@ class EngineState:
     data_parallel_size: int | None = None
     max_num_seqs: int | None = None
     platform: str = ""
-    architecture: str = ""           # the model's, as vLLM resolved it (`Resolved architecture:`)
-    capture_pid: int | None = None   # pid of the process whose `Graph capturing finished` line counted
-    shutting_down: bool = False      # vLLM logged `[shutdown]` for this engine: it is being stopped
+    architecture: str = ""  # the model's, as vLLM resolved it (`Resolved architecture:`)
+    capture_pid: int | None = None  # pid of the process whose `Graph capturing finished` line counted
+    shutting_down: bool = False  # vLLM logged `[shutdown]` for this engine: it is being stopped
 
     @property
     def progress(self) -> float:
@@ -130,8 +132,9 @@ class LogState:
         self._pids.clear()
         self.restarts += 1
         self._fresh = container
-        self.engine = EngineState(requested=self.requested_hint or "unknown",
-                                  effective=self.requested_hint or "unknown")
+        self.engine = EngineState(
+            requested=self.requested_hint or "unknown", effective=self.requested_hint or "unknown"
+        )
         self._args_requested = ""
         self._args_eager = False
         self._args_max_num_seqs = None
@@ -290,18 +293,33 @@ class LogState:
     def summary(self) -> dict:
         e = self.engine
         return {
-            "vllm_version": e.version, "requested_mode": e.requested, "effective_mode": e.effective,
-            "downgraded": e.downgraded, "downgrade_backend": e.downgrade_reason, "eager": e.eager,
-            "capture_finished": e.capture_finished, "capture_seconds": e.capture_seconds,
-            "capture_gib": e.capture_gib, "profile_passes": e.profile_passes,
+            "vllm_version": e.version,
+            "requested_mode": e.requested,
+            "effective_mode": e.effective,
+            "downgraded": e.downgraded,
+            "downgrade_backend": e.downgrade_reason,
+            "eager": e.eager,
+            "capture_finished": e.capture_finished,
+            "capture_seconds": e.capture_seconds,
+            "capture_gib": e.capture_gib,
+            "profile_passes": e.profile_passes,
             "graphs": {f"{p}/{m}": n for (p, m), n in sorted(e.graphs.items())},
-            "progress": round(e.progress, 3), "failures": sorted(e.failures),
+            "progress": round(e.progress, 3),
+            "failures": sorted(e.failures),
             "failures_total": dict(sorted(self.failures_total.items())),
-            "engines_seen": self.engines_seen, "restarts": self.restarts,
-            "attention_backend": e.attention_backend, "quantization": e.quantization,
-            "kv_cache_dtype": e.kv_cache_dtype, "speculative_method": e.speculative_method,
-            "tensor_parallel_size": e.tensor_parallel_size, "pipeline_parallel_size": e.pipeline_parallel_size,
-            "data_parallel_size": e.data_parallel_size, "max_num_seqs": e.max_num_seqs, "platform": e.platform,
-            "architecture": e.architecture, "config_mode": e.config_mode, "instance": self.instance,
+            "engines_seen": self.engines_seen,
+            "restarts": self.restarts,
+            "attention_backend": e.attention_backend,
+            "quantization": e.quantization,
+            "kv_cache_dtype": e.kv_cache_dtype,
+            "speculative_method": e.speculative_method,
+            "tensor_parallel_size": e.tensor_parallel_size,
+            "pipeline_parallel_size": e.pipeline_parallel_size,
+            "data_parallel_size": e.data_parallel_size,
+            "max_num_seqs": e.max_num_seqs,
+            "platform": e.platform,
+            "architecture": e.architecture,
+            "config_mode": e.config_mode,
+            "instance": self.instance,
             "image_facts": self.image_facts,
         }

@@ -1,6 +1,7 @@
 """Supervised worker threads. Every loop the sidecar runs (log follower, /health poller, canary) is a Worker:
 it beats while it makes progress, a supervisor restarts it with back-off when it dies, and readiness asks each
 worker whether it is up. Nothing stops silently: a dead or silent worker turns /readyz 503 with its reason."""
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,14 @@ class Worker:
     whenever it makes progress (or is idle by design). `max_silence`: seconds without a beat after which the
     worker counts as hung; None for loops that may legitimately block forever (reading stdin)."""
 
-    def __init__(self, name: str, target: Callable[[Worker], None], stop: threading.Event,
-                 max_silence: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        name: str,
+        target: Callable[[Worker], None],
+        stop: threading.Event,
+        max_silence: float | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
         self.target = target
         self.stop = stop
@@ -106,8 +113,9 @@ class Worker:
 class Supervisor:
     """Restarts dead workers. Readiness does not depend on the supervisor being alive: it asks each worker."""
 
-    def __init__(self, workers: list[Worker], stop: threading.Event, period: float = 1.0,
-                 healthy_after: float = 300.0) -> None:
+    def __init__(
+        self, workers: list[Worker], stop: threading.Event, period: float = 1.0, healthy_after: float = 300.0
+    ) -> None:
         self.workers = workers
         self.stop = stop
         self.period = period

@@ -57,17 +57,44 @@ MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 APPLIES, POSSIBLE, NO = "applies", "possible", "no"
 INSIDE, OUTSIDE, UNDECIDED = "inside", "outside", "undecided"  # a configuration against a row's evidence_scope
 CONDITIONS = (
-    "vllm", "rocm", "archs", "attention_backends", "switches", "architectures", "kv_cache_dtypes", "quantizations",
-    "speculative_methods", "tensor_parallel_size", "max_num_seqs", "modes",
+    "vllm",
+    "rocm",
+    "archs",
+    "attention_backends",
+    "switches",
+    "architectures",
+    "kv_cache_dtypes",
+    "quantizations",
+    "speculative_methods",
+    "tensor_parallel_size",
+    "max_num_seqs",
+    "modes",
 )
-LIST_CONDITIONS = ("archs", "attention_backends", "architectures", "kv_cache_dtypes", "quantizations",
-                   "speculative_methods", "modes")
+LIST_CONDITIONS = (
+    "archs",
+    "attention_backends",
+    "architectures",
+    "kv_cache_dtypes",
+    "quantizations",
+    "speculative_methods",
+    "modes",
+)
 RANGE_CONDITIONS = ("tensor_parallel_size", "max_num_seqs")
 # The Config field each condition reads.
-FIELDS = {"vllm": "release", "rocm": "rocm", "archs": "arch", "attention_backends": "attention_backend",
-          "switches": "env", "architectures": "architecture", "kv_cache_dtypes": "kv_cache_dtype",
-          "quantizations": "quantization", "speculative_methods": "speculative_method",
-          "tensor_parallel_size": "tensor_parallel_size", "max_num_seqs": "max_num_seqs", "modes": "mode"}
+FIELDS = {
+    "vllm": "release",
+    "rocm": "rocm",
+    "archs": "arch",
+    "attention_backends": "attention_backend",
+    "switches": "env",
+    "architectures": "architecture",
+    "kv_cache_dtypes": "kv_cache_dtype",
+    "quantizations": "quantization",
+    "speculative_methods": "speculative_method",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "max_num_seqs": "max_num_seqs",
+    "modes": "mode",
+}
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
 _SWITCH_RE = re.compile(r"^VLLM_[A-Z0-9_]+$")
 _MAX_TEXT = 200  # longest configuration string judged; a longer one is an error, not a guess
@@ -99,40 +126,105 @@ def default_data_path(series_dir: Path | None = None) -> Path:
 
 # Every AttentionBackendEnum / _Backend name of vLLM 0.10.0-0.34.0 (platforms/interface.py up to 0.11,
 # attention/backends/registry.py 0.12-0.13, v1/attention/backends/registry.py from 0.14), after the aliases below.
-BACKEND_NAMES = frozenset({
-    "AMX_MLA", "B12X", "CPU_ATTN", "CPU_MLA", "CUSTOM", "CUTLASS_MLA", "CUTLASS_MSA", "DIFFERENTIAL_FLASH_ATTN",
-    "DUAL_CHUNK_FLASH_ATTN", "FLASHINFER", "FLASHINFER_MLA", "FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_DSV4",
-    "FLASHINFER_MLA_SPARSE_DSV41", "FLASHINFER_MLA_SPARSE_SM120", "FLASHINFER_MLA_SPARSE_SM90", "FLASHINFER_TS",
-    "FLASHMLA", "FLASHMLA_MEGA_ATTN_DSV41", "FLASHMLA_SPARSE", "FLASHMLA_SPARSE_DSV4", "FLASHMLA_SPARSE_DSV41",
-    "FLASH_ATTN_DIFFKV", "FLASH_ATTN_MLA", "FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4", "FLEX_ATTENTION",
-    "HPC_ATTN", "IPEX", "KIMI_K3_KV_BALANCED_MLA", "MINIMAX_M3_SPARSE", "NO_ATTENTION", "PALLAS", "ROCM_AITER_FA",
-    "ROCM_AITER_MLA", "ROCM_AITER_MLA_SPARSE", "ROCM_AITER_TRITON_MLA", "ROCM_AITER_UNIFIED_ATTN", "ROCM_ATTN",
-    "ROCM_FLASH", "ROCM_FLASHMLA_SPARSE_DSV4", "ROCM_FLASHMLA_SPARSE_DSV41", "ROCM_OCTAVE", "ROCM_SEGMENTED_ATTN",
-    "STEP5_DSA", "TOKENSPEED_MLA", "TORCH_SDPA", "TREE_ATTN", "TRITON_ATTN", "TRITON_ATTN_DIFFKV",
-    "TRITON_FLASHINFER", "TRITON_FLASH_ATTN", "TRITON_MLA", "TRITON_MSA", "TURBOQUANT", "ULTRAQUANT", "XFORMERS",
-    "XPU_MLA_SPARSE",
-})
+BACKEND_NAMES = frozenset(
+    {
+        "AMX_MLA",
+        "B12X",
+        "CPU_ATTN",
+        "CPU_MLA",
+        "CUSTOM",
+        "CUTLASS_MLA",
+        "CUTLASS_MSA",
+        "DIFFERENTIAL_FLASH_ATTN",
+        "DUAL_CHUNK_FLASH_ATTN",
+        "FLASHINFER",
+        "FLASHINFER_MLA",
+        "FLASHINFER_MLA_SPARSE",
+        "FLASHINFER_MLA_SPARSE_DSV4",
+        "FLASHINFER_MLA_SPARSE_DSV41",
+        "FLASHINFER_MLA_SPARSE_SM120",
+        "FLASHINFER_MLA_SPARSE_SM90",
+        "FLASHINFER_TS",
+        "FLASHMLA",
+        "FLASHMLA_MEGA_ATTN_DSV41",
+        "FLASHMLA_SPARSE",
+        "FLASHMLA_SPARSE_DSV4",
+        "FLASHMLA_SPARSE_DSV41",
+        "FLASH_ATTN_DIFFKV",
+        "FLASH_ATTN_MLA",
+        "FLASH_ATTN_MLA_SPARSE",
+        "FLASH_ATTN_MLA_SPARSE_FA4",
+        "FLEX_ATTENTION",
+        "HPC_ATTN",
+        "IPEX",
+        "KIMI_K3_KV_BALANCED_MLA",
+        "MINIMAX_M3_SPARSE",
+        "NO_ATTENTION",
+        "PALLAS",
+        "ROCM_AITER_FA",
+        "ROCM_AITER_MLA",
+        "ROCM_AITER_MLA_SPARSE",
+        "ROCM_AITER_TRITON_MLA",
+        "ROCM_AITER_UNIFIED_ATTN",
+        "ROCM_ATTN",
+        "ROCM_FLASH",
+        "ROCM_FLASHMLA_SPARSE_DSV4",
+        "ROCM_FLASHMLA_SPARSE_DSV41",
+        "ROCM_OCTAVE",
+        "ROCM_SEGMENTED_ATTN",
+        "STEP5_DSA",
+        "TOKENSPEED_MLA",
+        "TORCH_SDPA",
+        "TREE_ATTN",
+        "TRITON_ATTN",
+        "TRITON_ATTN_DIFFKV",
+        "TRITON_FLASHINFER",
+        "TRITON_FLASH_ATTN",
+        "TRITON_MLA",
+        "TRITON_MSA",
+        "TURBOQUANT",
+        "ULTRAQUANT",
+        "XFORMERS",
+        "XPU_MLA_SPARSE",
+    }
+)
 # Other spellings vLLM prints for a backend, lower-cased, punctuation and "using ... backend" / "on V1 engine"
 # stripped: get_name() (0.10.x `*_VLLM_V1`; AITER FA calls itself FLASH_ATTN, the CUDA backend's name, which no
 # ROCm release can select, so on ROCm it is AITER FA), the prose selection lines of platforms/rocm.py up to 0.17,
 # and the class names of the cudagraph downgrade warnings.
 _BACKEND_ALIASES = {
-    "flash_attn": "ROCM_AITER_FA", "flash_attn_vllm_v1": "ROCM_AITER_FA", "flash attention": "ROCM_AITER_FA",
-    "aiter flash attention": "ROCM_AITER_FA", "aiterflashattentionbackend": "ROCM_AITER_FA",
-    "aiterflashattentionmetadatabuilder": "ROCM_AITER_FA", "aiterflashattentionimpl": "ROCM_AITER_FA",
-    "triton attention": "TRITON_ATTN", "tritonattentionbackend": "TRITON_ATTN",
-    "tritonattentionmetadatabuilder": "TRITON_ATTN", "tritonattentionimpl": "TRITON_ATTN",
-    "rocm attention": "ROCM_ATTN", "rocm/aiter attention": "ROCM_ATTN", "rocmattentionbackend": "ROCM_ATTN",
-    "rocmattentionmetadatabuilder": "ROCM_ATTN", "rocmattentionimpl": "ROCM_ATTN",
+    "flash_attn": "ROCM_AITER_FA",
+    "flash_attn_vllm_v1": "ROCM_AITER_FA",
+    "flash attention": "ROCM_AITER_FA",
+    "aiter flash attention": "ROCM_AITER_FA",
+    "aiterflashattentionbackend": "ROCM_AITER_FA",
+    "aiterflashattentionmetadatabuilder": "ROCM_AITER_FA",
+    "aiterflashattentionimpl": "ROCM_AITER_FA",
+    "triton attention": "TRITON_ATTN",
+    "tritonattentionbackend": "TRITON_ATTN",
+    "tritonattentionmetadatabuilder": "TRITON_ATTN",
+    "tritonattentionimpl": "TRITON_ATTN",
+    "rocm attention": "ROCM_ATTN",
+    "rocm/aiter attention": "ROCM_ATTN",
+    "rocmattentionbackend": "ROCM_ATTN",
+    "rocmattentionmetadatabuilder": "ROCM_ATTN",
+    "rocmattentionimpl": "ROCM_ATTN",
     "aiter unified attention": "ROCM_AITER_UNIFIED_ATTN",
     "rocmaiterunifiedattentionbackend": "ROCM_AITER_UNIFIED_ATTN",
     "rocmaiterunifiedattentionmetadatabuilder": "ROCM_AITER_UNIFIED_ATTN",
-    "aiter mla": "ROCM_AITER_MLA", "aitermlabackend": "ROCM_AITER_MLA", "aitermlametadatabuilder": "ROCM_AITER_MLA",
-    "aiter triton mla": "ROCM_AITER_TRITON_MLA", "aitertritonmlabackend": "ROCM_AITER_TRITON_MLA",
-    "triton mla": "TRITON_MLA", "tritonmlabackend": "TRITON_MLA", "tritonmlametadatabuilder": "TRITON_MLA",
-    "sparse mla": "ROCM_AITER_MLA_SPARSE", "rocmaitermlasparsebackend": "ROCM_AITER_MLA_SPARSE",
+    "aiter mla": "ROCM_AITER_MLA",
+    "aitermlabackend": "ROCM_AITER_MLA",
+    "aitermlametadatabuilder": "ROCM_AITER_MLA",
+    "aiter triton mla": "ROCM_AITER_TRITON_MLA",
+    "aitertritonmlabackend": "ROCM_AITER_TRITON_MLA",
+    "triton mla": "TRITON_MLA",
+    "tritonmlabackend": "TRITON_MLA",
+    "tritonmlametadatabuilder": "TRITON_MLA",
+    "sparse mla": "ROCM_AITER_MLA_SPARSE",
+    "rocmaitermlasparsebackend": "ROCM_AITER_MLA_SPARSE",
     "rocmaitermlasparsemetadatabuilder": "ROCM_AITER_MLA_SPARSE",
-    "flexattention": "FLEX_ATTENTION", "rocmflashattention": "ROCM_FLASH",
+    "flexattention": "FLEX_ATTENTION",
+    "rocmflashattention": "ROCM_FLASH",
 }
 _GFX9 = ("gfx90a", "gfx942", "gfx950")  # platforms/rocm.py on_gfx9() (0.10-0.33)
 _MI3XX = ("gfx942", "gfx950")  # on_mi3xx(): what AITER FA accepts in the 0.18 priority list
@@ -161,16 +253,23 @@ def canonical_attention_backend(name: str) -> str:
             return _BACKEND_ALIASES[enum.lower()]
     if enum in BACKEND_NAMES:
         return enum
-    raise KnownIssuesError(f"{text!r} is not an attention backend vLLM 0.10-0.34 names (e.g. TRITON_ATTN,"
-                           " ROCM_ATTN, ROCM_AITER_FA, ROCM_AITER_UNIFIED_ATTN, ROCM_AITER_MLA)")
+    raise KnownIssuesError(
+        f"{text!r} is not an attention backend vLLM 0.10-0.34 names (e.g. TRITON_ATTN,"
+        " ROCM_ATTN, ROCM_AITER_FA, ROCM_AITER_UNIFIED_ATTN, ROCM_AITER_MLA)"
+    )
 
 
 def _truthy(value: str | None) -> bool:
     return value is not None and str(value).strip().lower() in ("true", "1")
 
 
-def infer_attention_backend(release: str | None, platform: str = "rocm", arch: str | None = None,
-                            env: dict[str, str] | None = None, explicit: str | None = None) -> str | None:
+def infer_attention_backend(
+    release: str | None,
+    platform: str = "rocm",
+    arch: str | None = None,
+    env: dict[str, str] | None = None,
+    explicit: str | None = None,
+) -> str | None:
     """The attention backend vLLM `release` picks on `platform` for a model with standard (not MLA) attention, as
     platforms/rocm.py get_attn_backend_cls does, or None when that cannot be known here.
 
@@ -199,8 +298,9 @@ def infer_attention_backend(release: str | None, platform: str = "rocm", arch: s
         return None
     if arch is not None and (not isinstance(arch, str) or len(arch) > _MAX_TEXT):
         raise KnownIssuesError(f"arch={str(arch)[:60]!r} is not a gfx name")
-    if env is not None and not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(x, str)
-                                                              for k, x in env.items())):
+    if env is not None and not (
+        isinstance(env, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in env.items())
+    ):
         raise KnownIssuesError("env must map variable names to string values")
     v = _version(release, "vLLM release").final
     chosen = canonical_attention_backend(explicit) if explicit else None
@@ -257,6 +357,7 @@ def _on(arch: str | None, family: tuple[str, ...]) -> bool:
 
 
 # --- the data --------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Range:
@@ -375,9 +476,15 @@ class Match:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.issue.id, "title": self.issue.title, "symptom": self.issue.symptom,
-            "verified": self.issue.verified, "status": self.status, "unknown": self.unknown,
-            "evidence_scope": self.scope, "mitigated_by": self.mitigated_by, "active": self.active,
+            "id": self.issue.id,
+            "title": self.issue.title,
+            "symptom": self.issue.symptom,
+            "verified": self.issue.verified,
+            "status": self.status,
+            "unknown": self.unknown,
+            "evidence_scope": self.scope,
+            "mitigated_by": self.mitigated_by,
+            "active": self.active,
             "advice": self.issue.advice(),
         }
 
@@ -426,7 +533,8 @@ class KnownIssues:
     def blocking(self, cfg: Config, allow: tuple[str, ...] | list[str] = ()) -> list[Match]:
         """What a deploy-time guard refuses: verified, applies, unmitigated wrong_tokens / crash rows."""
         return [
-            m for m in self.evaluate(cfg)
+            m
+            for m in self.evaluate(cfg)
             if m.issue.verified and m.active and m.issue.symptom in BLOCKING_SYMPTOMS and m.issue.id not in allow
         ]
 
@@ -498,8 +606,17 @@ def _value(cond: str, cfg: Config) -> str | None:
 
 def _check_config(cfg: Config) -> None:
     """Values of the wrong type or absurd length are errors: a consumer must not be judged on a guess."""
-    for name in ("release", "rocm", "arch", "attention_backend", "kv_cache_dtype", "quantization",
-                 "speculative_method", "mode", "architecture"):
+    for name in (
+        "release",
+        "rocm",
+        "arch",
+        "attention_backend",
+        "kv_cache_dtype",
+        "quantization",
+        "speculative_method",
+        "mode",
+        "architecture",
+    ):
         v = getattr(cfg, name)
         if v is not None and (not isinstance(v, str) or len(v) > _MAX_TEXT):
             raise KnownIssuesError(f"{name}={str(v)[:60]!r} is not a string of at most {_MAX_TEXT} characters")
@@ -508,8 +625,9 @@ def _check_config(cfg: Config) -> None:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 10**9):
             raise KnownIssuesError(f"{name}={str(v)[:60]!r} is not a positive integer")
     if cfg.env is not None:
-        if not isinstance(cfg.env, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                    for k, v in cfg.env.items()):
+        if not isinstance(cfg.env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in cfg.env.items()
+        ):
             raise KnownIssuesError("env must map variable names to string values")
 
 
@@ -567,7 +685,8 @@ def parse(data: Any, path: Path) -> KnownIssues:  # noqa: C901 - one structural 
         raise bad(f"not a known-issues file of schema_version {SCHEMA_VERSION}")
     defaults = data.get("switch_defaults")
     if not isinstance(defaults, dict) or not all(
-            _SWITCH_RE.match(str(k)) and isinstance(v, (bool, str)) for k, v in defaults.items()):
+        _SWITCH_RE.match(str(k)) and isinstance(v, (bool, str)) for k, v in defaults.items()
+    ):
         raise bad("switch_defaults must map VLLM_* names to booleans or strings")
     issues: list[Issue] = []
     seen: set[str] = set()
@@ -602,11 +721,13 @@ def parse(data: Any, path: Path) -> KnownIssues:  # noqa: C901 - one structural 
         except (InvalidSpecifier, InvalidVersion) as exc:
             raise bad(f"{iid}: {exc}") from None
         patches = dict((raw.get("mitigation") or {}).get("patches", {}))
-        issues.append(Issue(iid, raw.get("title", ""), raw["symptom"], raw["verified"], a, raw, vllm, rocm, patches,
-                            scope))
+        issues.append(
+            Issue(iid, raw.get("title", ""), raw["symptom"], raw["verified"], a, raw, vllm, rocm, patches, scope)
+        )
     rejected = data.get("rejected", [])
     if not isinstance(rejected, list) or not all(
-            isinstance(r, dict) and r.get("links") and r.get("reason") for r in rejected):
+        isinstance(r, dict) and r.get("links") and r.get("reason") for r in rejected
+    ):
         raise bad("rejected must be a list of {links, title, reason, checks}")
     return KnownIssues(path, issues, dict(defaults), rejected)
 
@@ -649,7 +770,10 @@ def release_report(ki: KnownIssues, release: str, patch_states: dict[str, str]) 
     out = []
     for issue in ki.issues:
         row: dict[str, Any] = {
-            "id": issue.id, "title": issue.title, "symptom": issue.symptom, "verified": issue.verified,
+            "id": issue.id,
+            "title": issue.title,
+            "symptom": issue.symptom,
+            "verified": issue.verified,
             "conditions": describe_conditions(issue),
         }
         if issue.vllm.contains(v):
@@ -666,8 +790,13 @@ def release_report(ki: KnownIssues, release: str, patch_states: dict[str, str]) 
     return out
 
 
-_LABELS = {"kv_cache_dtypes": "kv-cache", "quantizations": "quantization", "speculative_methods": "spec decode",
-           "archs": "arch", "architectures": "model"}
+_LABELS = {
+    "kv_cache_dtypes": "kv-cache",
+    "quantizations": "quantization",
+    "speculative_methods": "spec decode",
+    "archs": "arch",
+    "architectures": "model",
+}
 
 
 def _describe(a: dict[str, Any], with_modes: bool = True) -> list[str]:
@@ -712,8 +841,11 @@ def markdown_table(ki: KnownIssues) -> str:
     ]
     for i in ki.issues:
         fix = i.raw.get("fix") or {}
-        upstream = f"{fix['first_release']} ([{_short_link(fix['upstream'])}]({fix['upstream']}))" if (
-            fix.get("first_release") and fix.get("upstream")) else (fix.get("state") or "no")
+        upstream = (
+            f"{fix['first_release']} ([{_short_link(fix['upstream'])}]({fix['upstream']}))"
+            if (fix.get("first_release") and fix.get("upstream"))
+            else (fix.get("state") or "no")
+        )
         if i.patches:
             ours = "patch for " + ", ".join(f"`vllm-{r}/{n.split('-', 1)[0]}`" for r, n in sorted(i.patches.items()))
         elif i.mitigation.get("safe_modes"):
@@ -722,16 +854,29 @@ def markdown_table(ki: KnownIssues) -> str:
             ours = i.mitigation.get("advice", "-")
         if i.verified and i.symptom in BLOCKING_SYMPTOMS:
             ours += "; refused unless mitigated" + (" (inside the reported scope)" if i.scope else "")
-        cells = [f"[`{i.id}`]({i.raw['links'][0]})", i.symptom, f"`{i.affects['vllm']}`", describe_conditions(i),
-                 upstream, ours, "yes" if i.verified else "no"]
+        cells = [
+            f"[`{i.id}`]({i.raw['links'][0]})",
+            i.symptom,
+            f"`{i.affects['vllm']}`",
+            describe_conditions(i),
+            upstream,
+            ours,
+            "yes" if i.verified else "no",
+        ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     if ki.rejected:
-        lines += ["", "Researched and rejected (not rows; kept so nobody researches them again):", "",
-                  "| thread | what was reported | why it is not a row |", "|---|---|---|"]
+        lines += [
+            "",
+            "Researched and rejected (not rows; kept so nobody researches them again):",
+            "",
+            "| thread | what was reported | why it is not a row |",
+            "|---|---|---|",
+        ]
         for r in ki.rejected:
             refs = ", ".join(f"[{_short_link(u)}]({u})" for u in r["links"])
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in (refs, r.get("title", ""), r["reason"]))
-                         + " |")
+            lines.append(
+                "| " + " | ".join(c.replace("|", "\\|") for c in (refs, r.get("title", ""), r["reason"])) + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -753,8 +898,27 @@ def replace_readme_block(text: str, table: str) -> str:
 
 # Versions tried, in order, when a row's trigger needs a release / ROCm version inside its specifiers.
 _RELEASE_CANDIDATES = (
-    "0.10.1.1", "0.10.2", "0.11.0", "0.11.1rc1", "0.12.0", "0.13.0", "0.14.0", "0.15.0.dev1", "0.17.0", "0.19.0",
-    "0.20.0",    "0.22.1", "0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.33.0", "0.34.0", "0.9.2",
+    "0.10.1.1",
+    "0.10.2",
+    "0.11.0",
+    "0.11.1rc1",
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.15.0.dev1",
+    "0.17.0",
+    "0.19.0",
+    "0.20.0",
+    "0.22.1",
+    "0.25.0",
+    "0.26.0",
+    "0.27.0",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.33.0",
+    "0.34.0",
+    "0.9.2",
 )
 _ROCM_CANDIDATES = ("7.0.0", "7.1.1", "7.2.0", "7.2.3", "7.2.4", "6.4.1")
 
@@ -793,10 +957,17 @@ def example_config(issue: Issue, patches: frozenset[str] = frozenset()) -> Confi
 
     env = {k: ("1" if v else "0") if isinstance(v, bool) else v for k, v in (a.get("switches") or {}).items()}
     return Config(
-        release=release, rocm=rocm, arch=first("archs", "gfx942"), attention_backend=first("attention_backends",
-        "TRITON_ATTN"), env=env, kv_cache_dtype=first("kv_cache_dtypes", "auto"),
-        quantization=first("quantizations", "none"), speculative_method=first("speculative_methods", "none"),
+        release=release,
+        rocm=rocm,
+        arch=first("archs", "gfx942"),
+        attention_backend=first("attention_backends", "TRITON_ATTN"),
+        env=env,
+        kv_cache_dtype=first("kv_cache_dtypes", "auto"),
+        quantization=first("quantizations", "none"),
+        speculative_method=first("speculative_methods", "none"),
         tensor_parallel_size=number("tensor_parallel_size", 1),
-        max_num_seqs=number("max_num_seqs", 100 if a.get("max_num_seqs") else 256), mode=a["modes"][0],
-        patches=patches, architecture=first("architectures", "LlamaForCausalLM"),
+        max_num_seqs=number("max_num_seqs", 100 if a.get("max_num_seqs") else 256),
+        mode=a["modes"][0],
+        patches=patches,
+        architecture=first("architectures", "LlamaForCausalLM"),
     )

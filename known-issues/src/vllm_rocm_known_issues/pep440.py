@@ -107,9 +107,7 @@ class Version:
         dev = _number(m["dev_n"] or "0", text) if m["dev_l"] else None
         local = (
             # local segments are ignored by every comparison here; their length is bounded by MAX_LENGTH
-            tuple(int(p) if p.isdigit() else p.lower() for p in re.split(r"[-_.]", m["local"]))
-            if m["local"]
-            else None
+            tuple(int(p) if p.isdigit() else p.lower() for p in re.split(r"[-_.]", m["local"])) if m["local"] else None
         )
         return cls(_number(m["epoch"] or "0", text), release, pre, post, dev, local, text.strip())
 

@@ -125,21 +125,34 @@ def _add_known_issues_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--release", help="vLLM release, e.g. 0.10.2 or 0.10.2+rocm700")
     p.add_argument("--rocm", help="ROCm version of the image, e.g. 7.0.0")
     p.add_argument("--arch", help="GPU architecture, e.g. gfx942 or gfx950")
-    p.add_argument("--backend", help="the attention backend vLLM runs, in any release's spelling (ROCM_AITER_FA,"
-                   " TRITON_ATTN_VLLM_V1, 'Using Triton Attention backend on V1 engine.', ...); without it, vLLM's"
-                   " automatic choice is inferred from --release, --arch and --env as the Helm chart infers it")
+    p.add_argument(
+        "--backend",
+        help="the attention backend vLLM runs, in any release's spelling (ROCM_AITER_FA,"
+        " TRITON_ATTN_VLLM_V1, 'Using Triton Attention backend on V1 engine.', ...); without it, vLLM's"
+        " automatic choice is inferred from --release, --arch and --env as the Helm chart infers it",
+    )
     p.add_argument("--architecture", help="the model's architecture class as vLLM resolves it, e.g. LlamaForCausalLM")
-    p.add_argument("--env", action="append", default=None, metavar="NAME=VALUE",
-                   help="a VLLM_* variable of the server (repeat; unset ones take vLLM's default); give"
-                   " --env '' for an environment that sets none")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE",
+        help="a VLLM_* variable of the server (repeat; unset ones take vLLM's default); give"
+        " --env '' for an environment that sets none",
+    )
     p.add_argument("--kv-cache-dtype", help="auto, fp8, fp8_e4m3, ...")
     p.add_argument("--quantization", help="--quantization of the server ('none' = unquantized)")
     p.add_argument("--speculative-method", help="speculative_config.method ('none' = no speculative decoding)")
     p.add_argument("--tensor-parallel-size", type=int)
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--mode", help="cudagraph_mode vLLM runs (default: the release's default when --release is given)")
-    p.add_argument("--patch", action="append", default=[], metavar="ID",
-                   help="an applied patch, vllm-<release>/<file>.patch (repeat)")
+    p.add_argument(
+        "--patch",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="an applied patch, vllm-<release>/<file>.patch (repeat)",
+    )
     p.add_argument("--allow", action="append", default=[], metavar="ID", help="an issue id accepted knowingly")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--markdown", action="store_true", help="print the README table")
@@ -167,9 +180,7 @@ def _human(rep: engine.Report) -> str:
     else:
         lines.append("  files match: no release file of the series")
     for e in rep.entries:
-        lines.append(
-            f"  {e.id}: {e.state.replace('-', ' ')}" + (f" [{e.action}]" if e.action != "none" else "")
-        )
+        lines.append(f"  {e.id}: {e.state.replace('-', ' ')}" + (f" [{e.action}]" if e.action != "none" else ""))
         lines.append(f"      {e.message}")
         for c in e.postconditions:
             # before apply the post-conditions are expected not to hold yet: say "todo", not "FAIL"
@@ -215,16 +226,29 @@ def _attach_known_issues(rep: engine.Report, path: Path | None, series_dir: Path
     rep.known_issues_source = str(data.path)
 
 
-_CONFIG_OPTIONS = ("release", "rocm", "arch", "backend", "architecture", "env", "kv_cache_dtype", "quantization",
-                   "speculative_method", "tensor_parallel_size", "max_num_seqs", "mode")
+_CONFIG_OPTIONS = (
+    "release",
+    "rocm",
+    "arch",
+    "backend",
+    "architecture",
+    "env",
+    "kv_cache_dtype",
+    "quantization",
+    "speculative_method",
+    "tensor_parallel_size",
+    "max_num_seqs",
+    "mode",
+)
 
 
 def _known_issues_command(args: argparse.Namespace, data: known_issues.KnownIssues) -> int:
     if args.write_readme:
         try:
             text = args.write_readme.read_text(encoding="utf-8")
-            args.write_readme.write_text(known_issues.replace_readme_block(text, known_issues.markdown_table(data)),
-                                         encoding="utf-8")
+            args.write_readme.write_text(
+                known_issues.replace_readme_block(text, known_issues.markdown_table(data)), encoding="utf-8"
+            )
         except (OSError, known_issues.KnownIssuesError) as exc:
             raise UsageError(f"cannot update {args.write_readme}: {exc}") from None
         log.info("wrote the known-issues table into %s", args.write_readme)
@@ -233,14 +257,26 @@ def _known_issues_command(args: argparse.Namespace, data: known_issues.KnownIssu
         print(known_issues.markdown_table(data), end="")
         return EXIT_OK
     if not any(getattr(args, o) is not None for o in _CONFIG_OPTIONS):
-        rows = [{"id": i.id, "title": i.title, "symptom": i.symptom, "verified": i.verified, "vllm": i.affects["vllm"],
-                 "conditions": known_issues.describe_conditions(i), "advice": i.advice()} for i in data.issues]
+        rows = [
+            {
+                "id": i.id,
+                "title": i.title,
+                "symptom": i.symptom,
+                "verified": i.verified,
+                "vllm": i.affects["vllm"],
+                "conditions": known_issues.describe_conditions(i),
+                "advice": i.advice(),
+            }
+            for i in data.issues
+        ]
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
             for r in rows:
-                print(f"{r['id']} [{r['symptom']}{'' if r['verified'] else ', unverified'}] vLLM {r['vllm']}:"
-                      f" {r['conditions']}")
+                print(
+                    f"{r['id']} [{r['symptom']}{'' if r['verified'] else ', unverified'}] vLLM {r['vllm']}:"
+                    f" {r['conditions']}"
+                )
         return EXIT_OK
     env = None
     if args.env is not None:
@@ -259,27 +295,50 @@ def _known_issues_command(args: argparse.Namespace, data: known_issues.KnownIssu
             backend = known_issues.infer_attention_backend(args.release, arch=args.arch, env=env)
             how = "inferred: vLLM's automatic choice" if backend else "unknown: give --backend, or --release and --env"
         cfg = known_issues.Config(
-            release=args.release, rocm=args.rocm, arch=args.arch, attention_backend=backend, env=env,
-            kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization,
-            speculative_method=args.speculative_method, tensor_parallel_size=args.tensor_parallel_size,
-            max_num_seqs=args.max_num_seqs, mode=mode, patches=frozenset(args.patch), architecture=args.architecture)
+            release=args.release,
+            rocm=args.rocm,
+            arch=args.arch,
+            attention_backend=backend,
+            env=env,
+            kv_cache_dtype=args.kv_cache_dtype,
+            quantization=args.quantization,
+            speculative_method=args.speculative_method,
+            tensor_parallel_size=args.tensor_parallel_size,
+            max_num_seqs=args.max_num_seqs,
+            mode=mode,
+            patches=frozenset(args.patch),
+            architecture=args.architecture,
+        )
         matches = [m for m in data.evaluate(cfg) if m.status != known_issues.NO]
         blocking = {m.issue.id for m in data.blocking(cfg, args.allow)}
     except known_issues.KnownIssuesError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps({"attention_backend": {"name": backend, "how": how},
-                          "matches": [dict(m.to_json(), blocking=m.issue.id in blocking) for m in matches],
-                          "blocking": sorted(blocking)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "attention_backend": {"name": backend, "how": how},
+                    "matches": [dict(m.to_json(), blocking=m.issue.id in blocking) for m in matches],
+                    "blocking": sorted(blocking),
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"attention backend: {backend or '-'} ({how})")
         for m in matches:
-            state = "BLOCKS" if m.issue.id in blocking else m.status + (f", mitigated by {m.mitigated_by}"
-                                                                         if m.mitigated else "")
+            state = (
+                "BLOCKS"
+                if m.issue.id in blocking
+                else m.status + (f", mitigated by {m.mitigated_by}" if m.mitigated else "")
+            )
             unknown = f" (unknown: {', '.join(m.unknown)})" if m.unknown else ""
             if m.scope in (known_issues.OUTSIDE, known_issues.UNDECIDED):
-                unknown += (" (outside the configurations the reports cover)" if m.scope == known_issues.OUTSIDE
-                            else " (the reports' scope is undecided)")
+                unknown += (
+                    " (outside the configurations the reports cover)"
+                    if m.scope == known_issues.OUTSIDE
+                    else " (the reports' scope is undecided)"
+                )
             print(f"{m.issue.id} [{m.issue.symptom}{'' if m.issue.verified else ', unverified'}]: {state}{unknown}")
             if m.issue.id in blocking:
                 print(f"    {m.issue.advice()}")
@@ -293,9 +352,7 @@ def _list(sset: series.SeriesSet) -> str:
     for rel, rs in sorted(sset.releases.items(), key=lambda kv: [int(x) for x in kv[0].split(".")]):
         for e in rs.entries:
             what = (
-                e.patch_name
-                if e.patch_name
-                else e.state.replace("-", " ") + (f": {e.upstream}" if e.upstream else "")
+                e.patch_name if e.patch_name else e.state.replace("-", " ") + (f": {e.upstream}" if e.upstream else "")
             )
             lines.append(f"  vllm {rel:<9} {e.fix}: {what}")
     for fix in sset.fixes.values():
@@ -359,9 +416,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(
-        level=level, format="vllm-rocm-patches: %(levelname)s: %(message)s", stream=sys.stderr
-    )
+    logging.basicConfig(level=level, format="vllm-rocm-patches: %(levelname)s: %(message)s", stream=sys.stderr)
     try:
         return run(args)
     except PatchToolError as exc:
@@ -375,8 +430,11 @@ def main(argv: list[str] | None = None) -> int:
 def deprecated_main() -> int:
     """The `vllm-rocm-patches` console script, for one more release; `python -m vllm_rocm_patches` (the image
     build's way, no install) stays as it is."""
-    print("vllm-rocm-patches: deprecated, use `vllm-rocm patches ...` or `vllm-rocm known-issues ...` (the old name "
-          "goes after the next release)", file=sys.stderr)
+    print(
+        "vllm-rocm-patches: deprecated, use `vllm-rocm patches ...` or `vllm-rocm known-issues ...` (the old name "
+        "goes after the next release)",
+        file=sys.stderr,
+    )
     return main()
 
 

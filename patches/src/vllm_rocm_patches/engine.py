@@ -78,8 +78,11 @@ class Report:
     @property
     def fixed_issues(self) -> list[str]:
         """Issue ids whose patch of the series is applied on the target (what an image built from it fixes)."""
-        return [k["id"] for k in self.known_issues if k.get("state") == "fixed-by-series"
-                and k.get("patch_state") == APPLIED]
+        return [
+            k["id"]
+            for k in self.known_issues
+            if k.get("state") == "fixed-by-series" and k.get("patch_state") == APPLIED
+        ]
 
     def patch_states(self) -> dict[str, str]:
         """`vllm-<release>/<patch file>` -> state, the patch ids the known-issues data names."""
@@ -108,8 +111,11 @@ class Report:
             "exit_code": self.exit_code,
             "summary": self.summary,
             "record": self.record_notes,
-            "known_issues": {"source": self.known_issues_source, "fixed_by_applied_patches": self.fixed_issues,
-                             "issues": self.known_issues},
+            "known_issues": {
+                "source": self.known_issues_source,
+                "fixed_by_applied_patches": self.fixed_issues,
+                "issues": self.known_issues,
+            },
         }
 
 
@@ -188,8 +194,11 @@ def _analyze_patches(entries: list[series.Entry], root: Path, release: str) -> d
             link = seen.get(rel, 0) + 1
             seen[rel] = link
             before = fsio.sha256_bytes(disk[rel]) if rel in disk else None
-            res.files[rel] = {"before": before, "pristine_sha256": hashes["pristine_sha256"],
-                              "patched_sha256": hashes["patched_sha256"]}
+            res.files[rel] = {
+                "before": before,
+                "pristine_sha256": hashes["pristine_sha256"],
+                "patched_sha256": hashes["patched_sha256"],
+            }
             if rel in problems:
                 msgs.append(problems[rel])
             else:
@@ -209,8 +218,9 @@ def _analyze_patches(entries: list[series.Entry], root: Path, release: str) -> d
     return results
 
 
-def _stack_texts(entries: list[series.Entry], results: dict[int, EntryResult], disk: dict[str, bytes],
-                 forward: bool) -> None:
+def _stack_texts(
+    entries: list[series.Entry], results: dict[int, EntryResult], disk: dict[str, bytes], forward: bool
+) -> None:
     """Fill `forward` (apply every applicable patch in series order) or `reverse` (revert every applied patch in
     reverse order) with the texts after each step; a step that fails marks its patch as a conflict."""
     work = dict(disk)
@@ -265,17 +275,13 @@ def _analyze_record(entry: series.Entry, root: Path, release: str, sset: series.
         current[rel] = data
         if actual != hashes["pristine_sha256"]:
             notes.append(
-                f"{rel} differs from the released file (expected sha256 {hashes['pristine_sha256']},"
-                f" found {actual})"
+                f"{rel} differs from the released file (expected sha256 {hashes['pristine_sha256']}, found {actual})"
             )
     for kind, ref in entry.evidence.items():
         fps = series.load_patch_ref(sset, ref)
-        fwd = all(
-            fp.path in current and unidiff.applies(_decode(current[fp.path], fp.path), fp) for fp in fps
-        )
+        fwd = all(fp.path in current and unidiff.applies(_decode(current[fp.path], fp.path), fp) for fp in fps)
         rev = all(
-            fp.path in current and unidiff.applies(_decode(current[fp.path], fp.path), fp.reversed())
-            for fp in fps
+            fp.path in current and unidiff.applies(_decode(current[fp.path], fp.path), fp.reversed()) for fp in fps
         )
         res.evidence[f"{ref} reverse-applies"] = rev
         res.evidence[f"{ref} applies"] = fwd
@@ -310,9 +316,7 @@ def _analyze_unknown(fix: series.Fix, target: Target, sset: series.SeriesSet) ->
     res.state = UNKNOWN  # until the file says otherwise: "cannot tell" is not a conflict, but not a pass either
     if data is None:
         res.state = NOT_NEEDED
-        res.message = (
-            f"unknown release {v}: {fix.file} is absent -> no AITER FA backend here, nothing to apply"
-        )
+        res.message = f"unknown release {v}: {fix.file} is absent -> no AITER FA backend here, nothing to apply"
         return res
     try:
         found = pysource.declared_support(_decode(data, fix.file), fix.file, fix.cls, fix.attributes)
@@ -455,9 +459,7 @@ def _write(target: Target, contents: dict[str, bytes], rep: Report) -> None:
                 rep.record_notes.append(f"{record.name} has no line for {rel}; left as is")
             if new_record != record.read_text(encoding="utf-8"):
                 writer.stage(record, new_record.encode("utf-8"))
-                rep.record_notes.append(
-                    f"updated {record.parent.name}/RECORD for {', '.join(sorted(contents))}"
-                )
+                rep.record_notes.append(f"updated {record.parent.name}/RECORD for {', '.join(sorted(contents))}")
         else:
             rep.record_notes.append("no dist-info RECORD found; nothing to keep consistent")
     except BaseException:
@@ -504,9 +506,7 @@ def apply(sset: series.SeriesSet, target: Target, dry_run: bool = False) -> Repo
     for e in todo:  # in series order: a stacked patch's text already contains the ones before it
         contents.update(e.forward)
     if not todo:
-        rep.summary = "nothing to do: " + "; ".join(
-            f"{e.id}: {e.state.replace('-', ' ')}" for e in rep.entries
-        )
+        rep.summary = "nothing to do: " + "; ".join(f"{e.id}: {e.state.replace('-', ' ')}" for e in rep.entries)
     elif dry_run:
         for e in todo:
             e.action = "would-apply"
@@ -539,9 +539,7 @@ def revert(sset: series.SeriesSet, target: Target) -> Report:
         rep.changed = True
         rep.summary = f"reverted {len(todo)} patch(es)"
     else:
-        rep.summary = "nothing to revert: " + "; ".join(
-            f"{e.id}: {e.state.replace('-', ' ')}" for e in rep.entries
-        )
+        rep.summary = "nothing to revert: " + "; ".join(f"{e.id}: {e.state.replace('-', ' ')}" for e in rep.entries)
     _fill_after(rep, target)
     return rep
 
@@ -558,9 +556,7 @@ def verify(sset: series.SeriesSet, target: Target) -> Report:
         elif e.state not in OK_STATES:
             failures.append(f"{e.id}: {e.message}")
         failures.extend(
-            f"{e.id}: post-condition failed: {c.description} (found {c.found})"
-            for c in e.postconditions
-            if not c.ok
+            f"{e.id}: post-condition failed: {c.description} (found {c.found})" for c in e.postconditions if not c.ok
         )
         if e.kind == "patch" and e.state == APPLIED and record_text:
             for rel in e.files:
@@ -568,14 +564,11 @@ def verify(sset: series.SeriesSet, target: Target) -> Report:
                 data = (target.root / rel).read_bytes()
                 if entry is not None and entry != (fsio.record_hash(data), str(len(data))):
                     failures.append(
-                        f"{e.id}: RECORD line for {rel} says {entry[0]} but the file is "
-                        f"{fsio.record_hash(data)}"
+                        f"{e.id}: RECORD line for {rel} says {entry[0]} but the file is {fsio.record_hash(data)}"
                     )
     _fill_after(rep, target)
     rep.exit_code = EXIT_FAILED if failures else EXIT_OK
     rep.summary = (
-        "verify failed: " + "; ".join(dict.fromkeys(failures))
-        if failures
-        else "verified: every post-condition holds"
+        "verify failed: " + "; ".join(dict.fromkeys(failures)) if failures else "verified: every post-condition holds"
     )
     return rep

@@ -127,9 +127,7 @@ class AtomicWriter:
             failed = [s.path for s in self._staged if s not in done]
             self._rollback(done)
             self.abort()
-            raise WriteError(
-                f"renaming into {failed[0]} failed: {exc}; all changes were rolled back"
-            ) from None
+            raise WriteError(f"renaming into {failed[0]} failed: {exc}; all changes were rolled back") from None
         self._staged.clear()
 
     def _rollback(self, done: list[_Staged]) -> None:

@@ -42,11 +42,7 @@ def class_attribute(cls: ast.ClassDef, attribute: str) -> str | None:
         if isinstance(node, ast.Assign):
             if any(isinstance(t, ast.Name) and t.id == attribute for t in node.targets):
                 value = dotted(node.value)
-        elif (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and node.target.id == attribute
-        ):
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == attribute:
             value = dotted(node.value) if node.value is not None else "<annotated, no value>"
     return value
 
@@ -104,9 +100,7 @@ NOT_DECLARED = "<not declared, no base class>"
 INHERITED = "<not declared, inherited>"
 
 
-def declared_support(
-    source: str, filename: str, cls_name: str, attributes: list[str]
-) -> tuple[str, str] | None:
+def declared_support(source: str, filename: str, cls_name: str, attributes: list[str]) -> tuple[str, str] | None:
     """(attribute, value) of the first of `attributes` the class sets, e.g. ('_cudagraph_support', '...');
     ('', NOT_DECLARED) or ('', INHERITED) when it sets none; None when the class is not there."""
     tree = ast.parse(source, filename)

@@ -125,9 +125,7 @@ def read_series_file(path: Path) -> list[str]:
 
 def _release_files(directory: Path) -> list[Path]:
     return sorted(
-        p
-        for p in directory.iterdir()
-        if p.is_file() and (p.name in ("series", "series.json") or p.suffix == ".patch")
+        p for p in directory.iterdir() if p.is_file() and (p.name in ("series", "series.json") or p.suffix == ".patch")
     )
 
 
@@ -163,9 +161,7 @@ def _load_release(directory: Path, fixes: dict[str, Fix]) -> ReleaseSeries:
     meta = _load_json(meta_path)
     release = str(meta.get("release", ""))
     if directory.name != f"vllm-{release}":
-        raise SeriesError(
-            f"{meta_path}: release {release!r} does not match the directory name {directory.name!r}"
-        )
+        raise SeriesError(f"{meta_path}: release {release!r} does not match the directory name {directory.name!r}")
     listed = read_series_file(directory / "series") if (directory / "series").is_file() else None
     if listed is None:
         raise SeriesError(f"{directory}: no quilt 'series' file")
@@ -197,8 +193,10 @@ def _check_chains(entries: list[Entry], meta_path: Path) -> None:
             if e.state != "patch" or path in records:
                 other = records.get(path) or (last[path][0] if path in last else None)
                 if other is not None:
-                    raise SeriesError(f"{meta_path}: {path} is used by both {other} and {e.id}; a record entry"
-                                      " shares its file with nothing")
+                    raise SeriesError(
+                        f"{meta_path}: {path} is used by both {other} and {e.id}; a record entry"
+                        " shares its file with nothing"
+                    )
                 records[path] = e.id
                 continue
             if path in last and hashes["pristine_sha256"] != last[path][1]:
@@ -240,9 +238,7 @@ def _load_entry(raw: dict[str, Any], directory: Path, meta_path: Path, fixes: di
         raise SeriesError(f"{meta_path}: state {entry.state!r} is not one of {ENTRY_STATES}")
     for path, hashes in entry.files.items():
         if "pristine_sha256" not in hashes or (entry.state == "patch" and "patched_sha256" not in hashes):
-            raise SeriesError(
-                f"{meta_path}: {path}: pristine_sha256 (and patched_sha256 for patches) required"
-            )
+            raise SeriesError(f"{meta_path}: {path}: pristine_sha256 (and patched_sha256 for patches) required")
     if entry.state == "patch":
         if not entry.patch_name:
             raise SeriesError(f"{meta_path}: a 'patch' entry needs a 'patch' file name")
@@ -254,9 +250,7 @@ def _load_entry(raw: dict[str, Any], directory: Path, meta_path: Path, fixes: di
         entry.file_patches = unidiff.parse(text, str(patch_path))
         touched = sorted(fp.path for fp in entry.file_patches)
         if touched != sorted(entry.files):
-            raise SeriesError(
-                f"{patch_path}: touches {touched} but series.json pins hashes for {sorted(entry.files)}"
-            )
+            raise SeriesError(f"{patch_path}: touches {touched} but series.json pins hashes for {sorted(entry.files)}")
     return entry
 
 

@@ -90,8 +90,7 @@ def resolve_root(target: str | None, python: str | None) -> Path:
         raise TargetNotFound(f"TARGET {root} does not exist or is not a directory")
     if not (root / "vllm").is_dir():
         raise TargetNotFound(
-            f"no vllm/ package in {root} (expected a site-packages dir, an unpacked wheel root or a vLLM"
-            " source tree)"
+            f"no vllm/ package in {root} (expected a site-packages dir, an unpacked wheel root or a vLLM source tree)"
         )
     return root
 
@@ -195,8 +194,7 @@ def detect(root: Path, release: str | None = None) -> Target:
     versions = set(sources.values())
     if len(versions) > 1:
         raise PatchConflict(
-            f"the vLLM release in {root} is ambiguous: "
-            + ", ".join(f"{k} says {v}" for k, v in sources.items())
+            f"the vLLM release in {root} is ambiguous: " + ", ".join(f"{k} says {v}" for k, v in sources.items())
         )
     version = versions.pop()
     log.debug("detected vLLM %s in %s from %s", version, root, sorted(sources))

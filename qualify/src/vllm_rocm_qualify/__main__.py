@@ -1,4 +1,5 @@
 """`python -m vllm_rocm_qualify ...` is `vllm-rocm qualify ...`."""
+
 import sys
 
 from .cli import main

@@ -1,4 +1,5 @@
 """`vllm-rocm qualify`: run, replay and show qualifications."""
+
 from __future__ import annotations
 
 import argparse
@@ -49,6 +50,7 @@ def _flag_type(f: dataclasses.Field, hints: dict[str, typing.Any]) -> typing.Any
                 return [item(x.strip().upper() if item is str else x.strip()) for x in text.split(",") if x.strip()]
             except ValueError as e:
                 raise argparse.ArgumentTypeError(f"expected a comma-separated list: {e}") from e
+
         return parse
     hint = hints[f.name]
     if hint in (Path, Path | None):
@@ -68,20 +70,29 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action="append", default=[], metavar="VALUE", help=help_text)
         else:
             shown = ",".join(map(str, default)) if isinstance(default, list) else default
-            parser.add_argument(flag, type=_flag_type(f, hints), default=default,
-                                choices=f.metadata.get("choices"),
-                                help=f"{help_text} (default: {shown if shown not in ('', None) else 'none'})")
+            parser.add_argument(
+                flag,
+                type=_flag_type(f, hints),
+                default=default,
+                choices=f.metadata.get("choices"),
+                help=f"{help_text} (default: {shown if shown not in ('', None) else 'none'})",
+            )
 
 
 def add_qualify_parser(subparsers: argparse._SubParsersAction) -> None:
-    q = subparsers.add_parser("qualify", help="find the fastest correct cudagraph mode on this node",
-                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q = subparsers.add_parser(
+        "qualify",
+        help="find the fastest correct cudagraph mode on this node",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_subcommands(q)
 
 
 def build_parser(prog: str = "vllm-rocm qualify") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     _add_subcommands(parser)
     return parser
@@ -89,13 +100,18 @@ def build_parser(prog: str = "vllm-rocm qualify") -> argparse.ArgumentParser:
 
 def _add_subcommands(q: argparse.ArgumentParser) -> None:
     sub = q.add_subparsers(dest="qualify_command", required=True)
-    run = sub.add_parser("run", help="qualify modes: start, compare, measure, report",
-                         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run = sub.add_parser(
+        "run",
+        help="qualify modes: start, compare, measure, report",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_run_flags(run)
     show = sub.add_parser("show", help="print the table of a report")
     show.add_argument("report", type=Path)
-    show.add_argument("--require", action="append", default=[], metavar="MODE",
-                      help="exit 1 unless this mode passed (repeatable)")
+    show.add_argument(
+        "--require", action="append", default=[], metavar="MODE", help="exit 1 unless this mode passed (repeatable)"
+    )
     rp = sub.add_parser("replay", help="re-derive a report's log columns and verdicts from its recorded logs")
     rp.add_argument("--report", type=Path, required=True)
     rp.add_argument("--logs", type=Path, required=True, help="directory holding the report's <label>.log files")
@@ -123,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C must stop the servers it starts even when the parent left SIGINT ignored (a shell's background job,
     # nohup): Python then installs no KeyboardInterrupt handler of its own.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return dispatch(args)
 
 
@@ -133,6 +150,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
     if args.qualify_command == "show":
         from .qualification import QualificationError, load
+
         try:
             raw = load(args.report).raw
         except QualificationError as e:
@@ -142,6 +160,7 @@ def dispatch(args: argparse.Namespace) -> int:
         return _exit_code(raw, [m.upper() for m in args.require])
     if args.qualify_command == "replay":
         from .replay import replay
+
         again, diffs = replay(args.report, args.logs)
         print(rep.table(again))
         for d in diffs:

@@ -1,4 +1,5 @@
 """The OpenAI-compatible calls qualify makes: exact token-id prompts, greedy outputs with top logprobs."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -14,6 +15,7 @@ class RequestFailed(Exception):
 @dataclass
 class Output:
     """One greedy completion: token ids, their logprobs, and the top alternatives at each position."""
+
     tokens: list[int] = field(default_factory=list)
     lps: list[float] = field(default_factory=list)
     top: list[dict[int, float]] = field(default_factory=list)
@@ -26,8 +28,9 @@ class Output:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Output:
-        return cls(list(d["tokens"]), list(d["lps"]), [{int(k): v for k, v in t.items()} for t in d["top"]],
-                   d.get("error", ""))
+        return cls(
+            list(d["tokens"]), list(d["lps"]), [{int(k): v for k, v in t.items()} for t in d["top"]], d.get("error", "")
+        )
 
 
 def _token_id(text: str) -> int:
@@ -39,8 +42,9 @@ class Client:
     def __init__(self, base_url: str, model: str, timeout: float) -> None:
         self.model = model
         # Enough connections for the largest burst or client count: httpx's default pool (100) would queue.
-        self._http = httpx.Client(base_url=base_url, timeout=timeout,
-                                  limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256))
+        self._http = httpx.Client(
+            base_url=base_url, timeout=timeout, limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -73,20 +77,33 @@ class Client:
             raise RequestFailed(f"/tokenize: {str(data)[:200]}") from e
 
     def greedy(self, prompt: list[int], max_tokens: int, top: int) -> Output:
-        data = self._post("/v1/completions", {
-            "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "logprobs": top,
-            "return_tokens_as_token_ids": True})
+        data = self._post(
+            "/v1/completions",
+            {
+                "model": self.model,
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "logprobs": top,
+                "return_tokens_as_token_ids": True,
+            },
+        )
         try:
             lp = data["choices"][0]["logprobs"]
-            return Output([_token_id(t) for t in lp["tokens"]], [float(x) for x in lp["token_logprobs"]],
-                          [{_token_id(k): float(v) for k, v in (t or {}).items()} for t in lp["top_logprobs"]])
+            return Output(
+                [_token_id(t) for t in lp["tokens"]],
+                [float(x) for x in lp["token_logprobs"]],
+                [{_token_id(k): float(v) for k, v in (t or {}).items()} for t in lp["top_logprobs"]],
+            )
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise RequestFailed(f"no token logprobs in the answer: {str(data)[:200]}") from e
 
     def fixed_length(self, prompt: list[int], max_tokens: int) -> int:
         """A throughput request: exactly max_tokens out (ignore_eos); returns the completion tokens served."""
-        data = self._post("/v1/completions", {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                                              "temperature": 0, "ignore_eos": True})
+        data = self._post(
+            "/v1/completions",
+            {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
+        )
         try:
             return int(data["usage"]["completion_tokens"])
         except (KeyError, TypeError, ValueError) as e:

@@ -1,5 +1,6 @@
 """`vllm-rocm`: the operator's one command. It only dispatches; each subcommand is its part's own CLI, so that the
 image build (`python -m vllm_rocm_patches`), the sidecar image and this command run the same code."""
+
 from __future__ import annotations
 
 import sys

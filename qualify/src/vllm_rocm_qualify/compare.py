@@ -4,6 +4,7 @@ Batch composition alone changes bf16 logits a little, so two correct runs can pi
 top two are nearly tied. At the first position where the tokens differ, each run's own logprobs say how far
 apart it ranks the two tokens; within `tol` nats in both runs is a tie (the rest of the text is not compared,
 it continues differently), more is a disagreement: a token the other run did not consider close."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,13 @@ def compare_one(ref: Output, cand: Output, tol: float) -> dict[str, Any]:
     if k == n and len(ref.tokens) == len(cand.tokens):
         return {"kind": "exact", "drift": drift}
     if k == n:
-        return {"kind": "disagree", "drift": drift, "at": k, "gap": math.inf,
-                "why": f"{len(cand.tokens)} tokens, reference {len(ref.tokens)}"}
+        return {
+            "kind": "disagree",
+            "drift": drift,
+            "at": k,
+            "gap": math.inf,
+            "why": f"{len(cand.tokens)} tokens, reference {len(ref.tokens)}",
+        }
     r, c = ref.tokens[k], cand.tokens[k]
     ref_gap = ref.lps[k] - ref.top[k].get(c, -math.inf) if k < len(ref.top) else math.inf
     cand_gap = cand.lps[k] - cand.top[k].get(r, -math.inf) if k < len(cand.top) else math.inf
@@ -41,9 +47,12 @@ def compare_shape(refs: list[Output], cands: list[Output], tol: float) -> dict[s
     worst_i, worst = max(enumerate(results), key=lambda ix: ix[1].get("gap", -1.0), default=(None, {}))
     out: dict[str, Any] = {"requests": len(results), **counts, "max_drift": round(drift, 4)}
     if worst_i is not None and "gap" in worst:
-        out["worst"] = {"request": worst_i, "at": worst["at"],
-                        "gap": None if math.isinf(worst["gap"]) else round(worst["gap"], 4),
-                        **{k: worst[k] for k in ("ref_token", "token", "why") if k in worst}}
+        out["worst"] = {
+            "request": worst_i,
+            "at": worst["at"],
+            "gap": None if math.isinf(worst["gap"]) else round(worst["gap"], 4),
+            **{k: worst[k] for k in ("ref_token", "token", "why") if k in worst},
+        }
     reasons = []
     if counts["error"]:
         first = next(x["error"] for x in results if x["kind"] == "error")

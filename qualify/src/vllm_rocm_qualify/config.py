@@ -2,6 +2,7 @@
 
 The defaults are an operator's on a node where `vllm` is on PATH; this repository's CPU build is `make qualify`
 (the Makefile passes its venv, model and work directory)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,16 +16,27 @@ assert set(DEFAULT_MODES) == set(MODES)
 
 # vLLM's own CLI on PATH. In a container pass --command, e.g.
 # `docker run ... IMAGE {model} --port 8000 {mode_args}` with `-p {port}:8000`.
-DEFAULT_COMMAND = ("vllm serve {model} --served-model-name {served_model_name} --host 127.0.0.1 --port {port} "
-                   "--seed 0 {mode_args}")
+DEFAULT_COMMAND = (
+    "vllm serve {model} --served-model-name {served_model_name} --host 127.0.0.1 --port {port} --seed 0 {mode_args}"
+)
 # Relative to where it is run, as an operator expects of a command that writes a report.
 DEFAULT_WORKDIR = Path("vllm-rocm-qualify")
 
 
 # --quick: a smoke run in minutes on the local CPU build (14 comparison requests, 16 tokens, 1 and 4 clients).
-QUICK = {"single_lengths": [4, 16, 64], "gen_tokens": 16, "decode_bursts": [4], "mixed_long": 1, "mixed_short": 4,
-         "long_len": 256, "idle_seconds": 1.0, "concurrency": [1, 4], "tp_tokens": 16, "tp_prompt_len": 32,
-         "tp_rounds": 1}
+QUICK = {
+    "single_lengths": [4, 16, 64],
+    "gen_tokens": 16,
+    "decode_bursts": [4],
+    "mixed_long": 1,
+    "mixed_short": 4,
+    "long_len": 256,
+    "idle_seconds": 1.0,
+    "concurrency": [1, 4],
+    "tp_tokens": 16,
+    "tp_prompt_len": 32,
+    "tp_rounds": 1,
+}
 
 
 def _ints(*values: int) -> list[int]:
@@ -33,64 +45,113 @@ def _ints(*values: int) -> list[int]:
 
 @dataclass
 class QualifyConfig:
-    modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES), metadata={
-        "help": "cudagraph modes to qualify, comma-separated", "list": str})
-    reference: str = field(default="NONE", metadata={
-        "help": "the reference run whose answers are right by definition: NONE (cudagraph_mode=NONE, same "
-                "compilation as the other modes; its row is the NONE row) or eager (--enforce-eager, one extra "
-                "server)", "choices": ("NONE", "eager")})
+    modes: list[str] = field(
+        default_factory=lambda: list(DEFAULT_MODES),
+        metadata={"help": "cudagraph modes to qualify, comma-separated", "list": str},
+    )
+    reference: str = field(
+        default="NONE",
+        metadata={
+            "help": "the reference run whose answers are right by definition: NONE (cudagraph_mode=NONE, same "
+            "compilation as the other modes; its row is the NONE row) or eager (--enforce-eager, one extra "
+            "server)",
+            "choices": ("NONE", "eager"),
+        },
+    )
     model: str = field(default="", metadata={"help": "model path or id, substituted for {model} (required)"})
-    served_model_name: str = field(default="", metadata={
-        "help": "the name the server answers to (also the canary baseline's model); empty: the --model value"})
-    command: str = field(default=DEFAULT_COMMAND, metadata={
-        "help": "server command template, split like a shell line. Placeholders: {mode_args} (one word that "
-                "becomes `--compilation-config {\"cudagraph_mode\": MODE}`, or `--enforce-eager` for the eager "
-                "reference), {mode}, {port}, {model}, {served_model_name}; other braces are left alone"})
-    server_args: str = field(default="", metadata={"help": "extra server arguments appended to every command, "
-                                                           "e.g. \"--max-model-len 2048 --max-num-seqs 128\""})
-    env: list[str] = field(default_factory=list, metadata={
-        "help": "KEY=VALUE for the servers' environment (repeatable); HF_HUB_OFFLINE=1 unless set here",
-        "repeat": True})
+    served_model_name: str = field(
+        default="",
+        metadata={
+            "help": "the name the server answers to (also the canary baseline's model); empty: the --model value"
+        },
+    )
+    command: str = field(
+        default=DEFAULT_COMMAND,
+        metadata={
+            "help": "server command template, split like a shell line. Placeholders: {mode_args} (one word that "
+            'becomes `--compilation-config {"cudagraph_mode": MODE}`, or `--enforce-eager` for the eager '
+            "reference), {mode}, {port}, {model}, {served_model_name}; other braces are left alone"
+        },
+    )
+    server_args: str = field(
+        default="",
+        metadata={
+            "help": 'extra server arguments appended to every command, e.g. "--max-model-len 2048 --max-num-seqs 128"'
+        },
+    )
+    env: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "KEY=VALUE for the servers' environment (repeatable); HF_HUB_OFFLINE=1 unless set here",
+            "repeat": True,
+        },
+    )
     host: str = field(default="127.0.0.1", metadata={"help": "where the servers answer"})
     port: int = field(default=0, metadata={"help": "port for every server (0: a free port each)"})
-    workdir: Path = field(default=DEFAULT_WORKDIR, metadata={
-        "help": "server logs, compile cache, reference answers and baseline"})
+    workdir: Path = field(
+        default=DEFAULT_WORKDIR, metadata={"help": "server logs, compile cache, reference answers and baseline"}
+    )
     out: Path | None = field(default=None, metadata={"help": "report JSON (default: WORKDIR/report.json)"})
-    resume: bool = field(default=False, metadata={
-        "help": "keep the modes an earlier run of the same report finished, and their reference"})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "keep the modes an earlier run of the same report finished, and their reference"},
+    )
     startup_timeout: float = field(default=1800.0, metadata={"help": "seconds a server may take to become ready"})
     request_timeout: float = field(default=600.0, metadata={"help": "seconds one request may take"})
     gen_tokens: int = field(default=32, metadata={"help": "greedy tokens per comparison request"})
     top_logprobs: int = field(default=5, metadata={"help": "alternatives kept per token to judge divergences"})
-    single_lengths: list[int] = field(default_factory=list, metadata={
-        "help": "prompt lengths (tokens) sent alone, one after another (default: vLLM's default capture sizes "
-                "up to --max-capture-size, one request per bucket)", "list": int})
-    max_capture_size: int = field(default=512, metadata={
-        "help": "largest capture size the default --single-lengths cover (vLLM's default cap)"})
-    decode_bursts: list[int] = field(default_factory=lambda: _ints(8, 48, 128), metadata={
-        "help": "sizes of bursts of concurrent short decodes", "list": int})
+    single_lengths: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "prompt lengths (tokens) sent alone, one after another (default: vLLM's default capture sizes "
+            "up to --max-capture-size, one request per bucket)",
+            "list": int,
+        },
+    )
+    max_capture_size: int = field(
+        default=512, metadata={"help": "largest capture size the default --single-lengths cover (vLLM's default cap)"}
+    )
+    decode_bursts: list[int] = field(
+        default_factory=lambda: _ints(8, 48, 128),
+        metadata={"help": "sizes of bursts of concurrent short decodes", "list": int},
+    )
     mixed_long: int = field(default=4, metadata={"help": "long prompts in flight in the mixed prefill+decode shape"})
     mixed_short: int = field(default=32, metadata={"help": "short decodes in the mixed prefill+decode shape"})
     long_len: int = field(default=1024, metadata={"help": "tokens of each long prompt"})
     idle_seconds: float = field(default=10.0, metadata={"help": "idle pause before the after-idle request"})
-    tolerance: float = field(default=0.3, metadata={
-        "help": "nats: a greedy divergence where both runs rank the two tokens within this of each other is a "
-                "tie (bf16 batch noise), and the logprobs of agreeing tokens may differ this much; the canary's "
-                "fingerprint tolerance"})
-    concurrency: list[int] = field(default_factory=lambda: _ints(1, 16, 128), metadata={
-        "help": "client counts of the throughput phase", "list": int})
+    tolerance: float = field(
+        default=0.3,
+        metadata={
+            "help": "nats: a greedy divergence where both runs rank the two tokens within this of each other is a "
+            "tie (bf16 batch noise), and the logprobs of agreeing tokens may differ this much; the canary's "
+            "fingerprint tolerance"
+        },
+    )
+    concurrency: list[int] = field(
+        default_factory=lambda: _ints(1, 16, 128),
+        metadata={"help": "client counts of the throughput phase", "list": int},
+    )
     tp_prompt_len: int = field(default=128, metadata={"help": "prompt tokens of each throughput request"})
     tp_tokens: int = field(default=128, metadata={"help": "output tokens of each throughput request (ignore_eos)"})
     tp_rounds: int = field(default=2, metadata={"help": "throughput requests per client and level (at least 4)"})
-    rank_by: int = field(default=0, metadata={
-        "help": "client count whose tok/s ranks the modes (0: geometric mean over all counts)"})
+    rank_by: int = field(
+        default=0, metadata={"help": "client count whose tok/s ranks the modes (0: geometric mean over all counts)"}
+    )
     canary_problems: int = field(default=8, metadata={"help": "canary problems (also the baseline's)"})
-    quick: bool = field(default=False, metadata={
-        "help": "small shapes and short throughput phases, for a smoke run on the CPU build: sets "
-                + ", ".join(f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
-                            for k, v in QUICK.items())})
-    require: list[str] = field(default_factory=list, metadata={
-        "help": "exit 1 unless this mode passed: the mode you mean to deploy (repeatable)", "repeat": True})
+    quick: bool = field(
+        default=False,
+        metadata={
+            "help": "small shapes and short throughput phases, for a smoke run on the CPU build: sets "
+            + ", ".join(
+                f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                for k, v in QUICK.items()
+            )
+        },
+    )
+    require: list[str] = field(
+        default_factory=list,
+        metadata={"help": "exit 1 unless this mode passed: the mode you mean to deploy (repeatable)", "repeat": True},
+    )
 
     @property
     def report_path(self) -> Path:

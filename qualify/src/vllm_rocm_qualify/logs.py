@@ -1,5 +1,6 @@
 """What a server's log says, through the sidecar's own parser (vllm_rocm_health.state), plus the capture sizes
 from the engine's config line."""
+
 from __future__ import annotations
 
 import re
@@ -12,9 +13,21 @@ _SIZES = re.compile(r"""cudagraph_capture_sizes['"]?\s*:\s*\[([\d,\s]*)\]""")
 _WHY = (re.compile(r"(\w*Error|\w*Exception): .+"), re.compile(r"error: .+", re.I))
 
 # Row fields that come from the log (replay recomputes exactly these).
-FIELDS = ("vllm_version", "requested_mode", "effective_mode", "downgraded", "downgrade_reason", "eager",
-          "capture_finished", "capture_s", "capture_gib", "graphs", "capture_sizes", "log_failures",
-          "profile_passes")
+FIELDS = (
+    "vllm_version",
+    "requested_mode",
+    "effective_mode",
+    "downgraded",
+    "downgrade_reason",
+    "eager",
+    "capture_finished",
+    "capture_s",
+    "capture_gib",
+    "graphs",
+    "capture_sizes",
+    "log_failures",
+    "profile_passes",
+)
 
 
 class LogFollower:
@@ -73,13 +86,21 @@ class LogFollower:
 
     def facts(self) -> dict:
         s = self.state.summary()
-        return {"vllm_version": s["vllm_version"], "requested_mode": s["requested_mode"],
-                "effective_mode": s["effective_mode"], "downgraded": s["downgraded"],
-                "downgrade_reason": s["downgrade_backend"], "eager": s["eager"],
-                "capture_finished": s["capture_finished"], "capture_s": s["capture_seconds"],
-                "capture_gib": s["capture_gib"], "graphs": s["graphs"],
-                "capture_sizes": self.capture_sizes, "log_failures": s["failures"],
-                "profile_passes": s["profile_passes"]}
+        return {
+            "vllm_version": s["vllm_version"],
+            "requested_mode": s["requested_mode"],
+            "effective_mode": s["effective_mode"],
+            "downgraded": s["downgraded"],
+            "downgrade_reason": s["downgrade_backend"],
+            "eager": s["eager"],
+            "capture_finished": s["capture_finished"],
+            "capture_s": s["capture_seconds"],
+            "capture_gib": s["capture_gib"],
+            "graphs": s["graphs"],
+            "capture_sizes": self.capture_sizes,
+            "log_failures": s["failures"],
+            "profile_passes": s["profile_passes"],
+        }
 
 
 def read_facts(path: Path, requested: str, limit: int | None = None) -> dict:

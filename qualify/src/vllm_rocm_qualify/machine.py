@@ -1,4 +1,5 @@
 """What the report says about the machine it was measured on (best effort: tools that are absent are skipped)."""
+
 from __future__ import annotations
 
 import os
@@ -32,5 +33,9 @@ def describe() -> dict[str, object]:
     gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
     if not gpus:
         gpus = _run(["rocm-smi", "--showproductname", "--csv"])
-    return {"platform": platform.platform(), "cpu": cpu_model(), "cpus": os.cpu_count(),
-            "gpus": [g.strip() for g in gpus.splitlines() if g.strip()]}
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "gpus": [g.strip() for g in gpus.splitlines() if g.strip()],
+    }

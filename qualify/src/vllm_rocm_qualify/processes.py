@@ -1,4 +1,5 @@
 """Child processes of the local stack: started with their output in a log file, stopped gently, then firmly."""
+
 from __future__ import annotations
 
 import atexit
@@ -37,8 +38,14 @@ def _stop_all() -> None:
 class ManagedProcess:
     """One child process whose stdout+stderr go to `log_path`."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
-                 cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
@@ -52,9 +59,16 @@ class ManagedProcess:
         log.debug("starting %s: %s", self.name, " ".join(self.argv))
         # A new session so that Ctrl-C in the terminal reaches only us; we stop children in order.
         main = threading.current_thread() is threading.main_thread()
-        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, cwd=self.cwd, start_new_session=True,
-                                     preexec_fn=_die_with_parent if main else None)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if main else None,
+        )
         out.close()
         _RUNNING.add(self)
 
@@ -97,8 +111,12 @@ class ManagedProcess:
         return self.proc.returncode
 
 
-def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.5,
-               on_tick: Callable[[float], None] | None = None) -> bool:
+def wait_until(
+    predicate: Callable[[], object],
+    timeout: float,
+    interval: float = 0.5,
+    on_tick: Callable[[float], None] | None = None,
+) -> bool:
     """Poll `predicate` until it is true or `timeout` seconds pass; `on_tick(elapsed)` reports progress."""
     start = time.monotonic()
     while True:

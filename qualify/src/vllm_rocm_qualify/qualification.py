@@ -5,6 +5,7 @@
 Reading is strict: a report that is malformed, names no mode, or says the chosen mode did not pass is refused
 with a reason, never taken as a pass.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,24 +63,32 @@ class Report:
         """`mode` if the report says it passed, or the recommended mode when `mode` is empty; else refuse."""
         if not mode:
             if not self.recommended:
-                raise QualificationError("the report recommends no mode: none passed ("
-                                         + "; ".join(f"{r['mode']}: {r['verdict']}" for r in self.rows) + ")")
+                raise QualificationError(
+                    "the report recommends no mode: none passed ("
+                    + "; ".join(f"{r['mode']}: {r['verdict']}" for r in self.rows)
+                    + ")"
+                )
             mode = self.recommended
         if mode not in MODES:
             raise QualificationError(f"{mode!r} is not a cudagraph_mode ({', '.join(MODES)})")
         row = self.row(mode)
         if row is None:
-            raise QualificationError(f"cudagraph_mode {mode} was not qualified: the report covers "
-                                     + ", ".join(r["mode"] for r in self.rows))
+            raise QualificationError(
+                f"cudagraph_mode {mode} was not qualified: the report covers " + ", ".join(r["mode"] for r in self.rows)
+            )
         if row["verdict"] != "pass":
-            raise QualificationError(f"cudagraph_mode {mode} {'failed' if row['verdict'] == 'fail' else 'errored'} "
-                                     f"qualification: {row.get('verdict_reason') or 'no reason recorded'}")
+            raise QualificationError(
+                f"cudagraph_mode {mode} {'failed' if row['verdict'] == 'fail' else 'errored'} "
+                f"qualification: {row.get('verdict_reason') or 'no reason recorded'}"
+            )
         return mode
 
     def check_served_model(self, served_model_name: str) -> None:
         if served_model_name and self.served_model_name != served_model_name:
-            raise QualificationError(f"the report qualified model {self.served_model_name!r}, this deployment "
-                                     f"serves {served_model_name!r}: qualify this model")
+            raise QualificationError(
+                f"the report qualified model {self.served_model_name!r}, this deployment "
+                f"serves {served_model_name!r}: qualify this model"
+            )
 
 
 def validate(raw: Any, source: str = "report", deployable: bool = True) -> Report:
@@ -89,8 +98,10 @@ def validate(raw: Any, source: str = "report", deployable: bool = True) -> Repor
         raise QualificationError(f"{source}: not a JSON object")
     # type() is int: `true` equals 1 in Python, and a JSON boolean is no format number.
     if raw.get("kind") != KIND or type(raw.get("format")) is not int or raw.get("format") != FORMAT:
-        raise QualificationError(f"{source}: not a qualification report of format {FORMAT} "
-                                 f"(kind {raw.get('kind')!r}, format {raw.get('format')!r})")
+        raise QualificationError(
+            f"{source}: not a qualification report of format {FORMAT} "
+            f"(kind {raw.get('kind')!r}, format {raw.get('format')!r})"
+        )
     for key in ("vllm_version", "served_model_name") if deployable else ():
         # A result belongs to the release and model it measured: a report that does not say which is no proof.
         if not isinstance(raw.get(key), str) or not raw[key].strip():
@@ -101,8 +112,9 @@ def validate(raw: Any, source: str = "report", deployable: bool = True) -> Repor
     seen = set()
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or row.get("mode") not in MODES or row.get("verdict") not in VERDICTS:
-            raise QualificationError(f"{source}: row {i} needs a mode ({', '.join(MODES)}) and a verdict "
-                                     f"({', '.join(VERDICTS)})")
+            raise QualificationError(
+                f"{source}: row {i} needs a mode ({', '.join(MODES)}) and a verdict ({', '.join(VERDICTS)})"
+            )
         if row["mode"] in seen:
             raise QualificationError(f"{source}: mode {row['mode']} appears twice")
         seen.add(row["mode"])
@@ -114,8 +126,9 @@ def validate(raw: Any, source: str = "report", deployable: bool = True) -> Repor
         if row is None or row["verdict"] != "pass":
             raise QualificationError(f"{source}: recommends {rec!r}, which is not a passing row")
     base = raw.get("baseline")
-    if base is not None and not (isinstance(base, dict) and isinstance(base.get("answers"), list)
-                                 and isinstance(base.get("fingerprints"), list)):
+    if base is not None and not (
+        isinstance(base, dict) and isinstance(base.get("answers"), list) and isinstance(base.get("fingerprints"), list)
+    ):
         raise QualificationError(f"{source}: baseline is not a canary baseline")
     return Report(raw)
 

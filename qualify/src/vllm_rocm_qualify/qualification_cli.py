@@ -1,5 +1,6 @@
 """`vllm-rocm qualification apply` (`vllm-rocm-health qualification apply` in the sidecar image): the deployment
 gate for a qualification report (compose runs it before vLLM starts; vLLM starts only if it exits 0)."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,20 +20,33 @@ OUTPUTS = ("mode", "vllm.yaml", "baseline.json")
 
 def add_qualification_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "qualification", help="use a qualification report (vllm-rocm qualify) in a deployment",
+        "qualification",
+        help="use a qualification report (vllm-rocm qualify) in a deployment",
         description="A qualification report says which cudagraph modes gave right answers on a node and which "
-                    "one was fastest. `apply` refuses a mode the report did not pass, then writes the mode, a "
-                    "vLLM --config file carrying it, and the report's canary baseline.")
+        "one was fastest. `apply` refuses a mode the report did not pass, then writes the mode, a "
+        "vLLM --config file carrying it, and the report's canary baseline.",
+    )
     sub = p.add_subparsers(dest="qualification_command", required=True)
     ap = sub.add_parser("apply", help="check a report and write the mode, vLLM config and baseline it gives")
     ap.add_argument("--report", type=Path, required=True, help="report JSON written by `vllm-rocm qualify run`")
-    ap.add_argument("--out-dir", type=Path, required=True,
-                    help=f"directory for {', '.join(OUTPUTS)} (vLLM: `--config OUT/vllm.yaml`; sidecar: "
-                         "`--canary-baseline OUT/baseline.json`)")
-    ap.add_argument("--mode", default="", help="the cudagraph mode to deploy (default: the report's recommended "
-                                               "mode); refused unless the report says it passed")
-    ap.add_argument("--served-model-name", default="",
-                    help="the model name the deployment serves; refused if the report qualified another")
+    ap.add_argument(
+        "--out-dir",
+        type=Path,
+        required=True,
+        help=f"directory for {', '.join(OUTPUTS)} (vLLM: `--config OUT/vllm.yaml`; sidecar: "
+        "`--canary-baseline OUT/baseline.json`)",
+    )
+    ap.add_argument(
+        "--mode",
+        default="",
+        help="the cudagraph mode to deploy (default: the report's recommended "
+        "mode); refused unless the report says it passed",
+    )
+    ap.add_argument(
+        "--served-model-name",
+        default="",
+        help="the model name the deployment serves; refused if the report qualified another",
+    )
     ap.set_defaults(func=_apply)
 
 
@@ -58,6 +72,8 @@ def _apply(args: argparse.Namespace) -> int:
     (out / "vllm.yaml").write_text("compilation-config: " + json.dumps(compilation_config(mode)) + "\n")
     (out / "mode").write_text(mode + "\n")
     row = report.row(mode) or {}
-    print(f"qualified: cudagraph_mode {mode} for {report.served_model_name} (vLLM {report.vllm_version or '?'}), "
-          f"effective {row.get('effective_mode', '?')}; wrote {', '.join(str(out / n) for n in OUTPUTS)}")
+    print(
+        f"qualified: cudagraph_mode {mode} for {report.served_model_name} (vLLM {report.vllm_version or '?'}), "
+        f"effective {row.get('effective_mode', '?')}; wrote {', '.join(str(out / n) for n in OUTPUTS)}"
+    )
     return 0

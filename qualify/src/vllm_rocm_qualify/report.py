@@ -1,5 +1,6 @@
 """Rows, verdicts, the recommendation, the table, and the report file (format: vllm_rocm_health.qualification,
 which deployment reads)."""
+
 from __future__ import annotations
 
 import json
@@ -111,18 +112,27 @@ def _canary(row: dict[str, Any]) -> str:
 def table(report: dict[str, Any]) -> str:
     rows = report.get("reference_runs", []) + report["rows"]
     levels = sorted({int(k) for r in rows for k in (r.get("throughput") or {})})
-    head = ["mode", "effective", "ready s", "capture s/GiB", "graphs"] + [f"tok/s@{c}" for c in levels] + [
-        "agreement", "canary score/drift", "verdict"]
+    head = (
+        ["mode", "effective", "ready s", "capture s/GiB", "graphs"]
+        + [f"tok/s@{c}" for c in levels]
+        + ["agreement", "canary score/drift", "verdict"]
+    )
     body = []
     for r in rows:
         graphs = sum((r.get("graphs") or {}).values())
         cap = f"{r['capture_s']:.0f}/{r['capture_gib']:.2f}" if r.get("capture_finished") else "-"
         verdict_text = r.get("verdict", "-") + (" *" if r.get("label", r["mode"]) == report.get("recommended") else "")
-        body.append([r.get("label", r["mode"]) + (" (ref)" if r.get("role") == "reference" else ""),
-                     (r.get("effective_mode") or "-") + (" (downgraded)" if r.get("downgraded") else ""),
-                     _n(r.get("ready_s"), "{:.1f}"), cap, str(graphs) if graphs else "-"]
-                    + [_n((r.get("throughput") or {}).get(str(c), {}).get("tok_s")) for c in levels]
-                    + [_agreement(r), _canary(r), verdict_text])
+        body.append(
+            [
+                r.get("label", r["mode"]) + (" (ref)" if r.get("role") == "reference" else ""),
+                (r.get("effective_mode") or "-") + (" (downgraded)" if r.get("downgraded") else ""),
+                _n(r.get("ready_s"), "{:.1f}"),
+                cap,
+                str(graphs) if graphs else "-",
+            ]
+            + [_n((r.get("throughput") or {}).get(str(c), {}).get("tok_s")) for c in levels]
+            + [_agreement(r), _canary(r), verdict_text]
+        )
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip() for line in [head, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -1,5 +1,6 @@
 """The qualification: the reference first, then each mode on its own server, same model and flags; after every
 mode the report is written, so an interrupted run keeps what it measured (and `--resume` continues it)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -79,8 +80,11 @@ class Qualification:
         self.reference = json.loads(ref_path.read_text())
         self.report["baseline"] = old.get("baseline")
         self.report["vllm_version"] = old.get("vllm_version", "")
-        done = {r.get("label", r["mode"]): r for r in old.get("rows", []) + old.get("reference_runs", [])
-                if r.get("status") not in ("interrupted", "skipped")}
+        done = {
+            r.get("label", r["mode"]): r
+            for r in old.get("rows", []) + old.get("reference_runs", [])
+            if r.get("status") not in ("interrupted", "skipped")
+        }
         if self.cfg.reference not in done:  # every kept row was compared with that reference run, or none is kept
             done = {}
         self.say(f"--resume: keeping {', '.join(done) or 'nothing'} from {path}")
@@ -90,11 +94,22 @@ class Qualification:
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()
-                    if k not in _SAME_RUN + ("workdir", "out", "resume", "env")}
-        self.report = rep.new({"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": describe(),
-                               "vllm_version": "", **{k: getattr(cfg, k) for k in _SAME_RUN},
-                               "env": sorted(cfg.env), "settings": settings, "reference_runs": []})
+        settings = {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in dataclasses.asdict(cfg).items()
+            if k not in _SAME_RUN + ("workdir", "out", "resume", "env")
+        }
+        self.report = rep.new(
+            {
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": describe(),
+                "vllm_version": "",
+                **{k: getattr(cfg, k) for k in _SAME_RUN},
+                "env": sorted(cfg.env),
+                "settings": settings,
+                "reference_runs": [],
+            }
+        )
         done = self._load_previous()
         labels = self.labels()
         t0 = time.monotonic()
@@ -130,8 +145,12 @@ class Qualification:
 
     def _row(self, label: str, **kw: Any) -> dict[str, Any]:
         is_ref = label == self.cfg.reference
-        return {"mode": "NONE" if label == template.EAGER else label, "label": label,
-                "role": "reference" if is_ref else "candidate", **kw}
+        return {
+            "mode": "NONE" if label == template.EAGER else label,
+            "label": label,
+            "role": "reference" if is_ref else "candidate",
+            **kw,
+        }
 
     def _mode(self, label: str, is_reference: bool, say: Callable[[str], None]) -> dict[str, Any]:
         cfg = self.cfg
@@ -146,9 +165,14 @@ class Qualification:
             server.start(cfg.startup_timeout, say)
             row["ready_s"] = round(server.ready_seconds, 1)
             f = server.log.facts()
-            say(f"ready in {server.ready_seconds:.1f} s: effective {f['effective_mode']}"
-                + (f", {sum(f['graphs'].values())} graphs, capture {f['capture_s']:.0f} s / {f['capture_gib']:.2f} GiB"
-                   if f["capture_finished"] else ""))
+            say(
+                f"ready in {server.ready_seconds:.1f} s: effective {f['effective_mode']}"
+                + (
+                    f", {sum(f['graphs'].values())} graphs, capture {f['capture_s']:.0f} s / {f['capture_gib']:.2f} GiB"
+                    if f["capture_finished"]
+                    else ""
+                )
+            )
             self._phases(server, row, is_reference, say)
             row["status"] = "ok"
             if not server.alive():
@@ -159,8 +183,10 @@ class Qualification:
         except (RequestFailed, CanaryError, NoReference) as e:
             row["reason"] = str(e)
             if not server.alive():
-                row["status"], row["reason"] = "crashed", f"{e}; server exited: " \
-                                                          f"{why_it_failed(server.process.log_tail(60))}"
+                row["status"], row["reason"] = (
+                    "crashed",
+                    f"{e}; server exited: {why_it_failed(server.process.log_tail(60))}",
+                )
             say(f"stopped early: {row['reason']}")
         except KeyboardInterrupt:
             row["status"], row["reason"] = "interrupted", "Ctrl-C"
@@ -188,13 +214,16 @@ class Qualification:
                 say(f"reference prompts: {sum(len(v) for v in plan.values())} requests in {len(plan)} shapes")
             else:
                 assert self.reference is not None
-                plan = {k: [shapes.Req(r["prompt"], r["max_tokens"]) for r in v]
-                        for k, v in self.reference["shapes"].items()}
+                plan = {
+                    k: [shapes.Req(r["prompt"], r["max_tokens"]) for r in v]
+                    for k, v in self.reference["shapes"].items()
+                }
             outputs = shapes.run(client, plan, cfg, say)
             # Kept beside the report (not in it) so that answers can be looked at, or compared again, later.
             (self.workdir / "outputs").mkdir(exist_ok=True)
             (self.workdir / "outputs" / f"{row['label']}.json").write_text(
-                json.dumps({k: [o.to_json() for o in v] for k, v in outputs.items()}))
+                json.dumps({k: [o.to_json() for o in v] for k, v in outputs.items()})
+            )
             if is_reference:
                 self._keep_reference(client, server.base_url, plan, outputs, row, say)
             else:
@@ -206,44 +235,68 @@ class Qualification:
             row["canary"] = self._canary(server.base_url)
             say(f"canary: {row['canary']['outcome']}: {row['canary']['reason']}")
             assert self.reference is not None
-            row["throughput"] = measure(client, self.reference["tp_prompt"], cfg.concurrency, cfg.tp_tokens,
-                                        cfg.tp_rounds, say)
+            row["throughput"] = measure(
+                client, self.reference["tp_prompt"], cfg.concurrency, cfg.tp_tokens, cfg.tp_rounds, say
+            )
         finally:
             client.close()
 
-    def _keep_reference(self, client: Client, base_url: str, plan: dict[str, list[shapes.Req]],
-                        outputs: dict[str, list[Output]], row: dict[str, Any], say: Callable[[str], None]) -> None:
+    def _keep_reference(
+        self,
+        client: Client,
+        base_url: str,
+        plan: dict[str, list[shapes.Req]],
+        outputs: dict[str, list[Output]],
+        row: dict[str, Any],
+        say: Callable[[str], None],
+    ) -> None:
         cfg = self.cfg
         failed = [(k, o.error) for k, v in outputs.items() for o in v if o.error]
         if failed:
-            raise NoReference(f"the reference failed {len(failed)} of its own requests ({failed[0][0]}: "
-                              f"{failed[0][1][:150]})")
+            raise NoReference(
+                f"the reference failed {len(failed)} of its own requests ({failed[0][0]}: {failed[0][1][:150]})"
+            )
         self.reference = {
-            "shapes": {k: [{"prompt": r.prompt, "max_tokens": r.max_tokens, "output": o.to_json()}
-                           for r, o in zip(plan[k], outputs[k], strict=True)] for k in plan},
-            "tp_prompt": shapes._prompt(client, 424242, cfg.tp_prompt_len)}
+            "shapes": {
+                k: [
+                    {"prompt": r.prompt, "max_tokens": r.max_tokens, "output": o.to_json()}
+                    for r, o in zip(plan[k], outputs[k], strict=True)
+                ]
+                for k in plan
+            },
+            "tp_prompt": shapes._prompt(client, 424242, cfg.tp_prompt_len),
+        }
         (self.workdir / REFERENCE_FILE).write_text(json.dumps(self.reference))
         canary = CanaryConfig(num_problems=cfg.canary_problems, timeout=cfg.request_timeout)
-        base = record_baseline(canary, base_url, cfg.served_model_name,
-                               notes=f"qualify reference {row['label']}: {cfg.model}")
+        base = record_baseline(
+            canary, base_url, cfg.served_model_name, notes=f"qualify reference {row['label']}: {cfg.model}"
+        )
         base.save(self.workdir / BASELINE_FILE)
         self.report["baseline"] = dataclasses.asdict(base)
         say(f"baseline recorded: score {base.score:.2f} over {base.num_problems} problems")
 
     def _canary(self, base_url: str) -> dict[str, Any]:
         cfg = self.cfg
-        canary = CanaryConfig(baseline=str(self.workdir / BASELINE_FILE), num_problems=cfg.canary_problems,
-                              max_requests=cfg.canary_problems + 8, timeout=cfg.request_timeout,
-                              fingerprint_tolerance=cfg.tolerance)
+        canary = CanaryConfig(
+            baseline=str(self.workdir / BASELINE_FILE),
+            num_problems=cfg.canary_problems,
+            max_requests=cfg.canary_problems + 8,
+            timeout=cfg.request_timeout,
+            fingerprint_tolerance=cfg.tolerance,
+        )
         runner = CanaryRunner(canary, base_url, CollectorRegistry(), model=cfg.served_model_name)
         try:
             r = runner.run_once()
         finally:
             runner.close()
-        return {"outcome": r.outcome, "reason": r.reason, "score": r.score,
-                "drift": None if r.drift is None else round(r.drift, 4), "idle_probe": r.idle_probe}
+        return {
+            "outcome": r.outcome,
+            "reason": r.reason,
+            "score": r.score,
+            "drift": None if r.drift is None else round(r.drift, 4),
+            "idle_probe": r.idle_probe,
+        }
 
     def stop_servers(self) -> None:
         if self.server is not None:
             self.server.stop()
-

@@ -1,4 +1,5 @@
 """One vLLM server under test: started from the command template, followed through its log until ready."""
+
 from __future__ import annotations
 
 import os
@@ -16,14 +17,16 @@ def server_env(cache: Path) -> dict[str, str]:
     """The environment a server under test runs with: this one, offline (nothing from a model hub), and the
     compile caches under `cache` so that modes share them and nothing is written elsewhere."""
     env = dict(os.environ)
-    env.update({
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CACHE_ROOT": str(cache / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "HF_HOME": str(cache / "hf"),
-    })
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_CACHE_ROOT": str(cache / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+            "HF_HOME": str(cache / "hf"),
+        }
+    )
     return env
 
 
@@ -32,8 +35,9 @@ class StartFailed(Exception):
 
 
 class ModeServer:
-    def __init__(self, label: str, argv: list[str], log_path: Path, env: dict[str, str], base_url: str,
-                 requested: str) -> None:
+    def __init__(
+        self, label: str, argv: list[str], log_path: Path, env: dict[str, str], base_url: str, requested: str
+    ) -> None:
         self.label = label
         self.base_url = base_url
         self.log_path = log_path
@@ -63,8 +67,10 @@ class ModeServer:
             self.log.poll()
             if not self.process.alive():
                 self.log.finish()
-                raise StartFailed(f"exited with code {self.process.returncode()} before ready: "
-                                  f"{why_it_failed(self.process.log_tail(60))}")
+                raise StartFailed(
+                    f"exited with code {self.process.returncode()} before ready: "
+                    f"{why_it_failed(self.process.log_tail(60))}"
+                )
             if self._health():
                 self.ready_seconds = time.monotonic() - t0
                 self.log.poll()
@@ -72,8 +78,10 @@ class ModeServer:
             now = time.monotonic()
             if now - t0 > timeout:
                 self.log.finish()
-                raise StartFailed(f"not ready within {timeout:.0f} s ({self.log.progress()}): "
-                                  f"{why_it_failed(self.process.log_tail(20))}")
+                raise StartFailed(
+                    f"not ready within {timeout:.0f} s ({self.log.progress()}): "
+                    f"{why_it_failed(self.process.log_tail(20))}"
+                )
             if now >= next_report:
                 progress(f"starting, {now - t0:.0f} s: {self.log.progress()}")
                 next_report = now + every

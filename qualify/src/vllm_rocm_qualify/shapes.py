@@ -1,6 +1,7 @@
 """The batch shapes each mode is compared on, token for token against the reference. Each shape drives a
 different graph family: prefills of each capture size alone, decode batches of several sizes, prefills and
 decodes in one batch, and the first request after ready and after idle (cold replays, vllm#52150)."""
+
 from __future__ import annotations
 
 import random
@@ -13,16 +14,70 @@ from dataclasses import dataclass
 from .client import Client, Output, RequestFailed
 from .config import QualifyConfig
 
-_SUBJECTS = ("The engineer", "A small cat", "The river", "Our neighbour", "The old library", "A careful pilot",
-             "The committee", "My grandmother", "The new compiler", "A quiet student", "The harbour master",
-             "The orchestra", "A tired runner", "The museum guide", "The village baker", "A curious child")
-_VERBS = ("described", "repaired", "painted", "measured", "ignored", "remembered", "carried", "explained",
-          "counted", "visited", "opened", "studied", "borrowed", "cleaned", "followed", "discovered")
-_OBJECTS = ("the broken clock", "a letter from Spain", "three green apples", "the northern bridge",
-            "an unusual map", "the wooden boat", "a list of questions", "the morning train", "two silver keys",
-            "the garden wall", "a forgotten song", "the weather report", "a heavy suitcase", "the final exam")
-_TAILS = ("before noon.", "after the storm.", "with great care.", "for the second time.", "without a word.",
-          "in the rain.", "near the station.", "during the holidays.", "at the end of the day.", "slowly.")
+_SUBJECTS = (
+    "The engineer",
+    "A small cat",
+    "The river",
+    "Our neighbour",
+    "The old library",
+    "A careful pilot",
+    "The committee",
+    "My grandmother",
+    "The new compiler",
+    "A quiet student",
+    "The harbour master",
+    "The orchestra",
+    "A tired runner",
+    "The museum guide",
+    "The village baker",
+    "A curious child",
+)
+_VERBS = (
+    "described",
+    "repaired",
+    "painted",
+    "measured",
+    "ignored",
+    "remembered",
+    "carried",
+    "explained",
+    "counted",
+    "visited",
+    "opened",
+    "studied",
+    "borrowed",
+    "cleaned",
+    "followed",
+    "discovered",
+)
+_OBJECTS = (
+    "the broken clock",
+    "a letter from Spain",
+    "three green apples",
+    "the northern bridge",
+    "an unusual map",
+    "the wooden boat",
+    "a list of questions",
+    "the morning train",
+    "two silver keys",
+    "the garden wall",
+    "a forgotten song",
+    "the weather report",
+    "a heavy suitcase",
+    "the final exam",
+)
+_TAILS = (
+    "before noon.",
+    "after the storm.",
+    "with great care.",
+    "for the second time.",
+    "without a word.",
+    "in the rain.",
+    "near the station.",
+    "during the holidays.",
+    "at the end of the day.",
+    "slowly.",
+)
 
 
 def text(seed: int, words: int) -> str:
@@ -30,8 +85,7 @@ def text(seed: int, words: int) -> str:
     rng = random.Random(seed)
     out: list[str] = []
     while len(out) < words:
-        out.extend(f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} "
-                   f"{rng.choice(_TAILS)}".split())
+        out.extend(f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_TAILS)}".split())
     return " ".join(out)
 
 
@@ -59,8 +113,7 @@ def plan(client: Client, cfg: QualifyConfig, max_model_len: int) -> dict[str, li
         first = used[0]
         used[0] += len(lengths)
         with ThreadPoolExecutor(8) as pool:
-            prompts = list(pool.map(lambda i: _prompt(client, 7919 * (first + i + 1), lengths[i]),
-                                    range(len(lengths))))
+            prompts = list(pool.map(lambda i: _prompt(client, 7919 * (first + i + 1), lengths[i]), range(len(lengths))))
         return [Req(p, g) for p in prompts]
 
     def short(i: int) -> int:
@@ -98,8 +151,9 @@ def _together(client: Client, reqs: list[Req], top: int, delay_after: int = 0, d
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def run(client: Client, shapes: dict[str, list[Req]], cfg: QualifyConfig,
-        progress: Callable[[str], None]) -> dict[str, list[Output]]:
+def run(
+    client: Client, shapes: dict[str, list[Req]], cfg: QualifyConfig, progress: Callable[[str], None]
+) -> dict[str, list[Output]]:
     top = cfg.top_logprobs
     out: dict[str, list[Output]] = {}
     latencies: list[float] = []

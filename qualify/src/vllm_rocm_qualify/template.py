@@ -1,4 +1,5 @@
 """The server command template: one line that starts the vLLM under test for a given mode and port."""
+
 from __future__ import annotations
 
 import shlex
@@ -31,8 +32,12 @@ def check(template: str, fixed_port: int) -> None:
 
 def expand(template: str, mode: str, port: int, model: str, served_model_name: str, extra: str = "") -> list[str]:
     """argv for one server. `{mode}` is the cudagraph mode (NONE for the eager reference)."""
-    values = {"{mode}": "NONE" if mode == EAGER else mode, "{port}": str(port), "{model}": model,
-              "{served_model_name}": served_model_name}
+    values = {
+        "{mode}": "NONE" if mode == EAGER else mode,
+        "{port}": str(port),
+        "{model}": model,
+        "{served_model_name}": served_model_name,
+    }
     argv: list[str] = []
     for word in shlex.split(template):
         if word == "{mode_args}":

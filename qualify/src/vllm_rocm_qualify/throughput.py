@@ -1,4 +1,5 @@
 """Decode throughput: output tokens per second at fixed prompt and output lengths, per client count."""
+
 from __future__ import annotations
 
 import threading
@@ -33,8 +34,11 @@ def _level(client: Client, prompt: list[int], tokens: int, clients: int, request
         seconds = time.monotonic() - t0
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    out: dict[str, Any] = {"requests": requests, "seconds": round(seconds, 3),
-                           "tok_s": round(served[0] / seconds, 1) if seconds > 0 else 0.0}
+    out: dict[str, Any] = {
+        "requests": requests,
+        "seconds": round(seconds, 3),
+        "tok_s": round(served[0] / seconds, 1) if seconds > 0 else 0.0,
+    }
     if served[1]:
         out["failed"] = served[1]
     if served[0] != (requests - served[1]) * tokens:
@@ -42,12 +46,15 @@ def _level(client: Client, prompt: list[int], tokens: int, clients: int, request
     return out
 
 
-def measure(client: Client, prompt: list[int], levels: list[int], tokens: int, rounds: int,
-            progress: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+def measure(
+    client: Client, prompt: list[int], levels: list[int], tokens: int, rounds: int, progress: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
     client.fixed_length(prompt, tokens)  # warm-up, not counted
     out = {}
     for clients in levels:
         out[str(clients)] = r = _level(client, prompt, tokens, clients, max(4, rounds * clients))
-        progress(f"throughput, {clients} clients: {r['tok_s']:,.0f} tok/s"
-                 + (f" ({r['failed']} requests failed)" if r.get("failed") else ""))
+        progress(
+            f"throughput, {clients} clients: {r['tok_s']:,.0f} tok/s"
+            + (f" ({r['failed']} requests failed)" if r.get("failed") else "")
+        )
     return out

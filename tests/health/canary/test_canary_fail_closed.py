@@ -1,6 +1,7 @@
 """A canary verdict is `pass` only when everything was checked and right. Bodies of the wrong shape, crashes
 inside a run, non-finite logprobs and tampered baselines end in `error`/`fail` or a refusal at start, never in
 a pass. The server side is the named failure injector (tests/support/injector.py) behind httpx.MockTransport."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ def setup(tmp_path: Path, **cfg: Any) -> tuple[CanaryRunner, CanaryAnswerer, Col
     base.save(path)
     answerer = CanaryAnswerer(base)
     reg = CollectorRegistry()
-    config = CanaryConfig(baseline=str(path), seed=SEED, num_problems=N, max_requests=16, idle_probe_after=0.0,
-                          timeout=5.0, **cfg)
+    config = CanaryConfig(
+        baseline=str(path), seed=SEED, num_problems=N, max_requests=16, idle_probe_after=0.0, timeout=5.0, **cfg
+    )
     return CanaryRunner(config, "http://injector", reg, model="m", transport=answerer.transport()), answerer, reg
 
 
@@ -45,8 +47,9 @@ def test_wrong_answers_to_the_long_prompts_fail_the_run(tmp_path: Path) -> None:
     """The long prompts are the prefill rows of the mixed batch (the rows the AITER FA bug corrupted): their
     answers are checked against the baseline's, each one."""
     runner, answerer, _ = setup(tmp_path)
-    answerer.override("long", 200, {"choices": [{"index": 0, "text": " 99"}],
-                                    "usage": {"prompt_tokens": 100, "completion_tokens": 1}})
+    answerer.override(
+        "long", 200, {"choices": [{"index": 0, "text": " 99"}], "usage": {"prompt_tokens": 100, "completion_tokens": 1}}
+    )
     result = runner.run_once()
     assert result.outcome == "fail" and "long prompt 0 answered 99" in result.reason, result
     assert "long prompt 1 answered 99" in result.reason
@@ -65,10 +68,10 @@ def test_a_baseline_without_long_answers_matches_only_a_canary_without_long_prom
 
 
 WRONG_SHAPES = [
-    ("problem", [1, 2, 3]),                                               # a list, not an object
-    ("problem", {"choices": []}),                                          # no choice
-    ("problem", {"choices": [{"txt": " 7"}]}),                            # missing key
-    ("problem", {"choices": [{"text": 7}]}),                              # a number where a string belongs
+    ("problem", [1, 2, 3]),  # a list, not an object
+    ("problem", {"choices": []}),  # no choice
+    ("problem", {"choices": [{"txt": " 7"}]}),  # missing key
+    ("problem", {"choices": [{"text": 7}]}),  # a number where a string belongs
     ("problem", {"choices": [{"text": " 7"}], "usage": {"prompt_tokens": "ten"}}),  # string where a count belongs
     ("problem", {"choices": "all of them"}),
     ("fingerprint", {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": ["-1.0", "-2.0"]}}]}),
@@ -77,8 +80,8 @@ WRONG_SHAPES = [
     ("fingerprint", "ok"),
     ("long", None),
     ("problem", {"choices": [{"index": 0, "text": " 7"}, {"index": 1, "text": " 8"}]}),  # two answers to one prompt
-    ("problem", {"choices": [{"index": 1, "text": " 7"}]}),                # an answer to another prompt
-    ("problem", {"choices": [{"text": " 7"}]}),                            # no index
+    ("problem", {"choices": [{"index": 1, "text": " 7"}]}),  # an answer to another prompt
+    ("problem", {"choices": [{"text": " 7"}]}),  # no index
     ("long", {"choices": [{"index": 0, "text": " 1"}, {"index": 0, "text": " 2"}]}),
     ("models", {"data": "m"}),
     ("models", {"data": [{"id": 42}]}),
@@ -159,26 +162,29 @@ def _write(tmp_path: Path, **changes: Any) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("changes", "field"), [
-    ({"score": "0.75"}, "score"),
-    ({"score": -0.5}, "score"),
-    ({"score": 1.5}, "score"),
-    ({"score": math.nan}, "score"),
-    ({"score": 0.5}, "does not match its answers"),
-    ({"num_problems": "6"}, "num_problems"),
-    ({"num_problems": True}, "num_problems"),
-    ({"seed": 1.5}, "seed"),
-    ({"answers": "1,2,3"}, "answers"),
-    ({"answers": [1, 2, "3", 4, 5, 6]}, "answers"),
-    ({"model": 3}, "model"),
-    ({"fingerprints": [[None, -1.0]]}, "fingerprints"),
-    ({"fingerprints": [[None, "x"], [None, -1.0], [None, -1.0]]}, "fingerprints[0]"),
-    ({"fingerprints": [[None, -1.0], [None, math.inf], [None, -1.0]]}, "fingerprints[1]"),
-    ({"fingerprints": [[None, None], [None, -1.0], [None, -1.0]]}, "fingerprints[0]"),
-    ({"created": "yesterday"}, "created"),
-    ({"surprise": 1}, "unknown fields ['surprise']"),
-    ({"format": "1"}, "format"),
-])
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"score": "0.75"}, "score"),
+        ({"score": -0.5}, "score"),
+        ({"score": 1.5}, "score"),
+        ({"score": math.nan}, "score"),
+        ({"score": 0.5}, "does not match its answers"),
+        ({"num_problems": "6"}, "num_problems"),
+        ({"num_problems": True}, "num_problems"),
+        ({"seed": 1.5}, "seed"),
+        ({"answers": "1,2,3"}, "answers"),
+        ({"answers": [1, 2, "3", 4, 5, 6]}, "answers"),
+        ({"model": 3}, "model"),
+        ({"fingerprints": [[None, -1.0]]}, "fingerprints"),
+        ({"fingerprints": [[None, "x"], [None, -1.0], [None, -1.0]]}, "fingerprints[0]"),
+        ({"fingerprints": [[None, -1.0], [None, math.inf], [None, -1.0]]}, "fingerprints[1]"),
+        ({"fingerprints": [[None, None], [None, -1.0], [None, -1.0]]}, "fingerprints[0]"),
+        ({"created": "yesterday"}, "created"),
+        ({"surprise": 1}, "unknown fields ['surprise']"),
+        ({"format": "1"}, "format"),
+    ],
+)
 def test_baseline_fields_are_checked_and_named(tmp_path: Path, changes: dict[str, Any], field: str) -> None:
     with pytest.raises(BaselineError, match=field.replace("[", r"\[").replace("]", r"\]")):
         Baseline.load(_write(tmp_path, **changes))
@@ -201,37 +207,50 @@ def test_a_baseline_that_leaves_nothing_to_detect_is_refused(tmp_path: Path) -> 
     path = _write(tmp_path, answers=answers, score=1 / 6)
     Baseline.load(path)  # a consistent file...
     with pytest.raises(BaselineError, match="could never fail"):  # ...but the canary could not see wrong answers
-        CanaryRunner(CanaryConfig(baseline=str(path), seed=SEED, num_problems=N, score_tolerance=0.2),
-                     "http://x", CollectorRegistry(), model="m")
+        CanaryRunner(
+            CanaryConfig(baseline=str(path), seed=SEED, num_problems=N, score_tolerance=0.2),
+            "http://x",
+            CollectorRegistry(),
+            model="m",
+        )
 
 
 # -- property: arbitrary answers never make a false pass --------------------------------------------------------
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 numbers = st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integers(-5, 5) | st.text(max_size=3)
 
 
 @st.composite
 def problem_bodies(draw: st.DrawFn) -> Any:
     text = draw(st.text(max_size=6) | st.integers(-2, 20).map(lambda n: f" {n}") | json_values)
-    return draw(st.sampled_from([
-        {"choices": [{"text": text}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
-        {"choices": [{"text": text}]},
-        draw(json_values),
-    ]))
+    return draw(
+        st.sampled_from(
+            [
+                {"choices": [{"text": text}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+                {"choices": [{"text": text}]},
+                draw(json_values),
+            ]
+        )
+    )
 
 
 @st.composite
 def fingerprint_bodies(draw: st.DrawFn, base: list[float | None]) -> Any:
     values = [v if draw(st.booleans()) else draw(numbers) for v in base]
-    values = values[:draw(st.integers(0, len(values) + 1))] + draw(st.lists(numbers, max_size=1))
-    return draw(st.sampled_from([
-        {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": values}}]},
-        {"choices": [{"logprobs": {"token_logprobs": draw(json_values)}}]},
-        draw(json_values),
-    ]))
+    values = values[: draw(st.integers(0, len(values) + 1))] + draw(st.lists(numbers, max_size=1))
+    return draw(
+        st.sampled_from(
+            [
+                {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": values}}]},
+                {"choices": [{"logprobs": {"token_logprobs": draw(json_values)}}]},
+                draw(json_values),
+            ]
+        )
+    )
 
 
 def _problem_oracle(body: Any, threshold: float) -> bool:
@@ -265,10 +284,14 @@ def _fingerprint_oracle(body: Any, base: list[float | None], tolerance: float) -
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), status=st.sampled_from([200, 200, 200, 201, 204, 400, 404, 429, 500, 503]),
-       kind=st.sampled_from(["problem", "fingerprint"]))
-def test_property_pass_only_when_answers_and_fingerprint_are_right(tmp_path: Path, data: st.DataObject,
-                                                                   status: int, kind: str) -> None:
+@given(
+    data=st.data(),
+    status=st.sampled_from([200, 200, 200, 201, 204, 400, 404, 429, 500, 503]),
+    kind=st.sampled_from(["problem", "fingerprint"]),
+)
+def test_property_pass_only_when_answers_and_fingerprint_are_right(
+    tmp_path: Path, data: st.DataObject, status: int, kind: str
+) -> None:
     runner, answerer, _ = setup(tmp_path)
     base_fp = answerer.baseline.fingerprints[0]
     if kind == "problem":
@@ -277,8 +300,9 @@ def test_property_pass_only_when_answers_and_fingerprint_are_right(tmp_path: Pat
     else:
         body = data.draw(fingerprint_bodies(base_fp))
         # The same body answers all three texts, so it has to fit every one of them.
-        deserved = status == 200 and all(_fingerprint_oracle(body, fp, runner.cfg.fingerprint_tolerance)
-                                         for fp in answerer.baseline.fingerprints)
+        deserved = status == 200 and all(
+            _fingerprint_oracle(body, fp, runner.cfg.fingerprint_tolerance) for fp in answerer.baseline.fingerprints
+        )
     answerer.override(kind, status, body)
     result = runner.run_once()
     assert result.outcome in ("pass", "fail", "error")

@@ -1,4 +1,5 @@
 """Canary pieces that need no server: problems, scoring, fingerprint comparison, baselines, load bounds."""
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """The canary against the REAL vLLM CPU server (SmolLM2-135M-Instruct, eager): baseline, pass, stable
 fingerprint, mixed traffic + idle probe, failure on a perturbed model, errors when the server is down."""
+
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from tests.support.canary import CFG
 from tests.support.vllm_server import VllmServer, free_port
 
 pytestmark = pytest.mark.live
+
 
 def runner(path: Path, url: str, registry: CollectorRegistry | None = None, **kw: object) -> CanaryRunner:
     cfg = CanaryConfig(baseline=str(path), **{**CFG, **kw})  # type: ignore[arg-type]

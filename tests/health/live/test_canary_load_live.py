@@ -4,6 +4,7 @@ timed-out request is cancelled so that vLLM aborts it (vLLM's own `vllm:request_
 "abort"}` counts them), the next runs back off, a timeout is an `error` and never a `fail`, and the requests vLLM
 holds (`vllm:num_requests_running` + `vllm:num_requests_waiting`) never exceed the load's clients plus the
 canary's in-flight bound."""
+
 from __future__ import annotations
 
 import math
@@ -65,8 +66,9 @@ class Held:
         self._t.join(30)
 
 
-def test_the_canary_backs_off_and_cancels_on_a_busy_server(vllm_server: VllmServer, baseline_file: Path,
-                                                          canary_timing: CanaryTiming, tmp_path: Path) -> None:
+def test_the_canary_backs_off_and_cancels_on_a_busy_server(
+    vllm_server: VllmServer, baseline_file: Path, canary_timing: CanaryTiming, tmp_path: Path
+) -> None:
     url, model = vllm_server.base_url, vllm_server.served_model_name
     finished_before = vllm_samples(url)["finished"]
     with SteadyLoad(url, model, concurrency=LOAD_CLIENTS, max_tokens=48) as load:
@@ -75,25 +77,45 @@ def test_the_canary_backs_off_and_cancels_on_a_busy_server(vllm_server: VllmServ
         with httpx.Client(base_url=url, timeout=canary_timing.patience) as http:
             for p in problems.generate(1, 3):
                 t0 = time.monotonic()
-                http.post("/v1/completions", json={"model": model, "prompt": p.prompt, "max_tokens": 8,
-                                                   "temperature": 0}).raise_for_status()
+                http.post(
+                    "/v1/completions", json={"model": model, "prompt": p.prompt, "max_tokens": 8, "temperature": 0}
+                ).raise_for_status()
                 latencies.append(time.monotonic() - t0)
         loaded = statistics.median(latencies)
-        timeout = max(0.1, loaded / 4)       # well below a loaded request: every canary request times out
-        interval = max(2.0, 2 * loaded)      # longer than a run
+        timeout = max(0.1, loaded / 4)  # well below a loaded request: every canary request times out
+        interval = max(2.0, 2 * loaded)  # longer than a run
         window = 2 * (1 + 2 + BACKOFF) * interval  # room for the runs at 0, 2x and 2x+4x intervals, twice over
-        sc = SidecarProcess(["--vllm-url", url, "--log-source", "none", "--canary-baseline", str(baseline_file),
-                             "--canary-interval", f"{interval:.2f}", "--canary-timeout", f"{timeout:.2f}",
-                             "--canary-max-backoff-intervals", str(BACKOFF), "--canary-idle-probe-after", "0",
-                             "--model", model,  # no /v1/models requests: every canary request is a completion
-                             "--health-interval", "1",
-                             # the sidecar takes at most 600 s; patience grows with how busy the machine is
-                             "--health-timeout", str(min(600.0, canary_timing.patience))],
-                            tmp_path / "sidecar.out")
+        sc = SidecarProcess(
+            [
+                "--vllm-url",
+                url,
+                "--log-source",
+                "none",
+                "--canary-baseline",
+                str(baseline_file),
+                "--canary-interval",
+                f"{interval:.2f}",
+                "--canary-timeout",
+                f"{timeout:.2f}",
+                "--canary-max-backoff-intervals",
+                str(BACKOFF),
+                "--canary-idle-probe-after",
+                "0",
+                "--model",
+                model,  # no /v1/models requests: every canary request is a completion
+                "--health-interval",
+                "1",
+                # the sidecar takes at most 600 s; patience grows with how busy the machine is
+                "--health-timeout",
+                str(min(600.0, canary_timing.patience)),
+            ],
+            tmp_path / "sidecar.out",
+        )
         try:
             with Held(url) as held:
-                assert sc.wait_for(lambda: sc.total("vllm_canary_runs_total") >= 1, canary_timing.patience), \
+                assert sc.wait_for(lambda: sc.total("vllm_canary_runs_total") >= 1, canary_timing.patience), (
                     sc.log_path.read_text()[-2000:]
+                )
                 t0 = time.monotonic()
                 time.sleep(window)
                 runs = sc.total("vllm_canary_runs_total")
@@ -116,5 +138,10 @@ def test_the_canary_backs_off_and_cancels_on_a_busy_server(vllm_server: VllmServ
     assert sc.wait_for(lambda: vllm_samples(url)["held"] == 0, canary_timing.patience), vllm_samples(url)
     assert abandoned >= 1
     finished = vllm_samples(url)["finished"] - finished_before
-    assert finished == load.requests + len(latencies) + sent - abandoned, \
-        (finished, load.requests, len(latencies), sent, abandoned)
+    assert finished == load.requests + len(latencies) + sent - abandoned, (
+        finished,
+        load.requests,
+        len(latencies),
+        sent,
+        abandoned,
+    )

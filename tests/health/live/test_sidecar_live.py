@@ -7,6 +7,7 @@ is the failure injector the issue allows, since a real server cannot be told to 
 
 Timings come from the `canary_timing` fixture (measured on this machine now), and detection is asserted in canary
 runs, not seconds: the tests pass on a busy 2-core machine."""
+
 from __future__ import annotations
 
 import subprocess
@@ -25,14 +26,35 @@ pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
-def sidecar(proxy: SwitchableProxy, vllm_server: VllmServer, baseline_file: Path, canary_timing: CanaryTiming,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
+def sidecar(
+    proxy: SwitchableProxy,
+    vllm_server: VllmServer,
+    baseline_file: Path,
+    canary_timing: CanaryTiming,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SidecarProcess]:
     t = canary_timing
-    sc = SidecarProcess(["--vllm-url", proxy.url, "--log-source", f"file:{vllm_server.log_path}",
-                         "--canary-baseline", str(baseline_file), "--canary-interval", f"{t.interval:.1f}",
-                         "--canary-timeout", f"{t.timeout:.1f}", "--canary-max-backoff-intervals", "2",
-                         "--health-interval", "0.5", "--health-timeout", f"{min(t.timeout, 10):.1f}"],
-                        tmp_path_factory.mktemp("sidecar") / "sidecar.out")
+    sc = SidecarProcess(
+        [
+            "--vllm-url",
+            proxy.url,
+            "--log-source",
+            f"file:{vllm_server.log_path}",
+            "--canary-baseline",
+            str(baseline_file),
+            "--canary-interval",
+            f"{t.interval:.1f}",
+            "--canary-timeout",
+            f"{t.timeout:.1f}",
+            "--canary-max-backoff-intervals",
+            "2",
+            "--health-interval",
+            "0.5",
+            "--health-timeout",
+            f"{min(t.timeout, 10):.1f}",
+        ],
+        tmp_path_factory.mktemp("sidecar") / "sidecar.out",
+    )
     yield sc
     assert sc.stop() == 0, sc.log_path.read_text()[-3000:]
 
@@ -62,8 +84,9 @@ def test_ready_on_the_real_server(sidecar: SidecarProcess, canary_timing: Canary
 
 
 @pytest.mark.parametrize("fault", ["down", "5xx", "slow", "malformed"])
-def test_faults_mid_canary_are_errors_and_it_recovers(sidecar: SidecarProcess, proxy: SwitchableProxy,
-                                                      canary_timing: CanaryTiming, fault: str) -> None:
+def test_faults_mid_canary_are_errors_and_it_recovers(
+    sidecar: SidecarProcess, proxy: SwitchableProxy, canary_timing: CanaryTiming, fault: str
+) -> None:
     wait_ready(sidecar, 200, canary_timing)
     errors, fails = runs(sidecar, "error"), runs(sidecar, "fail")
     # Strike while a run is in flight: the canary has just sent a completion.
@@ -72,8 +95,9 @@ def test_faults_mid_canary_are_errors_and_it_recovers(sidecar: SidecarProcess, p
     proxy.delay = canary_timing.timeout + 2
     proxy.inject(fault)
     try:
-        assert sidecar.wait_for(lambda: runs(sidecar, "error") > errors, canary_timing.patience), \
+        assert sidecar.wait_for(lambda: runs(sidecar, "error") > errors, canary_timing.patience), (
             sidecar.log_path.read_text()[-3000:]
+        )
         assert sidecar.ready()[0] == 503
         assert sidecar.value("vllm_canary_passing") == 0
     finally:
@@ -84,9 +108,13 @@ def test_faults_mid_canary_are_errors_and_it_recovers(sidecar: SidecarProcess, p
     assert sidecar.proc.poll() is None
 
 
-def test_wrong_answers_flip_readiness_and_back(sidecar: SidecarProcess, proxy: SwitchableProxy,
-                                               vllm_server: VllmServer, vllm_perturbed_server: VllmServer,
-                                               canary_timing: CanaryTiming) -> None:
+def test_wrong_answers_flip_readiness_and_back(
+    sidecar: SidecarProcess,
+    proxy: SwitchableProxy,
+    vllm_server: VllmServer,
+    vllm_perturbed_server: VllmServer,
+    canary_timing: CanaryTiming,
+) -> None:
     wait_ready(sidecar, 200, canary_timing)
     fails, passes = runs(sidecar, "fail"), runs(sidecar, "pass")
     proxy.switch(vllm_perturbed_server.base_url)

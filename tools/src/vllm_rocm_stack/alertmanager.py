@@ -1,6 +1,7 @@
 """A real Alertmanager (Debian's `prometheus-alertmanager`) for the local stack and the tests, the routing it runs
 (docker/alertmanager/alertmanager.yml, every receiver pointed at a local webhook), and that webhook receiver: a
 stdlib HTTP server in a thread that appends each notification to a JSON-lines file and says what it got."""
+
 from __future__ import annotations
 
 import copy
@@ -31,13 +32,17 @@ def local_config(config: dict[str, Any], receiver_url: str, timing: str = "") ->
     demos, so that an alert and its resolution reach the receiver in seconds instead of minutes."""
     out = copy.deepcopy(config)
     base = receiver_url.rstrip("/")
-    out["receivers"] = [{"name": r["name"], "webhook_configs": [{"url": f"{base}/{r['name']}", "send_resolved": True}]}
-                        for r in out.get("receivers", [])]
+    out["receivers"] = [
+        {"name": r["name"], "webhook_configs": [{"url": f"{base}/{r['name']}", "send_resolved": True}]}
+        for r in out.get("receivers", [])
+    ]
     if timing:
+
         def shorten(route: dict[str, Any]) -> None:
             route["group_wait"] = route["group_interval"] = timing
             for child in route.get("routes", []):
                 shorten(child)
+
         shorten(out["route"])
     return out
 
@@ -45,8 +50,11 @@ def local_config(config: dict[str, Any], receiver_url: str, timing: str = "") ->
 def summary(payload: dict[str, Any]) -> str:
     """One line for a webhook notification: receiver, then each alert's name, status and instance."""
     alerts = payload.get("alerts") or []
-    parts = [f"{a.get('labels', {}).get('alertname', '?')} {a.get('status', '?')} on "
-             f"{a.get('labels', {}).get('instance', '(no instance)')}" for a in alerts]
+    parts = [
+        f"{a.get('labels', {}).get('alertname', '?')} {a.get('status', '?')} on "
+        f"{a.get('labels', {}).get('instance', '(no instance)')}"
+        for a in alerts
+    ]
     return f"notification to {payload.get('receiver', '?')}: " + ("; ".join(parts) or "(no alerts)")
 
 
@@ -76,8 +84,11 @@ class WebhookReceiver:
                 self._answer(200, "ok\n")
 
             def do_GET(self) -> None:  # noqa: N802
-                self._answer(200, f"webhook receiver: POST Alertmanager notifications here; {receiver.count} "
-                                  f"received, appended to {receiver.out_path}\n")
+                self._answer(
+                    200,
+                    f"webhook receiver: POST Alertmanager notifications here; {receiver.count} "
+                    f"received, appended to {receiver.out_path}\n",
+                )
 
             def _answer(self, code: int, text: str) -> None:
                 data = text.encode()
@@ -142,6 +153,7 @@ def notifications(path: Path) -> list[dict[str, Any]]:
 @dataclass
 class AlertmanagerServer:
     """Debian's Alertmanager on 127.0.0.1:`port`, in cluster mode off (no gossip port), its data in `workdir`."""
+
     workdir: Path
     port: int
     config: dict[str, Any]
@@ -164,15 +176,22 @@ class AlertmanagerServer:
     def start(self, timeout: float = 30.0) -> None:
         exe = shutil.which(self.binary)
         if exe is None:
-            raise RuntimeError(f"{self.binary} is not on PATH: run `make setup` (installs the Debian package "
-                               "prometheus-alertmanager)")
+            raise RuntimeError(
+                f"{self.binary} is not on PATH: run `make setup` (installs the Debian package prometheus-alertmanager)"
+            )
         config = self.write_config()
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
             "alertmanager",
-            [exe, f"--config.file={config}", f"--storage.path={data}", f"--web.listen-address=127.0.0.1:{self.port}",
-             f"--web.external-url={self.url}", "--cluster.listen-address="],
+            [
+                exe,
+                f"--config.file={config}",
+                f"--storage.path={data}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--web.external-url={self.url}",
+                "--cluster.listen-address=",
+            ],
             self.workdir / "alertmanager.log",
         )
         self.process.start()
@@ -200,8 +219,12 @@ class AlertmanagerServer:
 
     def post_alerts(self, alerts: list[dict[str, Any]]) -> None:
         """POST /api/v2/alerts, as Prometheus sends them (labels, annotations, startsAt/endsAt)."""
-        req = urllib.request.Request(self.url + "/api/v2/alerts", data=json.dumps(alerts).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + "/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         urllib.request.urlopen(req, timeout=5).close()
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ Bitnami's readme-generator convention, without its Node.js tool: `make generate`
 the table between the VALUES markers of charts/vllm-rocm/README.md, `make check` and tests/charts compare it.
 `python -m vllm_rocm_stack.chart_values_table` prints the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,8 +81,11 @@ def readme(chart: Path = CHART) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vllm_rocm_stack.chart_values_table", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m vllm_rocm_stack.chart_values_table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--chart", type=Path, default=CHART, help="the chart directory (default: charts/vllm-rocm)")
     args = ap.parse_args(argv)
     print(table(args.chart))

@@ -1,4 +1,5 @@
 """`vllm-rocm-stack`: the local stack behind `make run`."""
+
 from __future__ import annotations
 
 import argparse
@@ -43,27 +44,47 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helptext)
         else:
             kind = Path if f.name in ("workdir", "model", "baseline") else type(default)
-            parser.add_argument(flag, type=kind, default=default,
-                                help=f"{helptext} (default: {'empty' if default == '' else default})")
+            parser.add_argument(
+                flag, type=kind, default=default, help=f"{helptext} (default: {'empty' if default == '' else default})"
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-rocm-stack", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vllm-rocm-stack", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     # Only stdlib imports (and .config) on the --help path: `make run RUN_ARGS=--help` needs no setup.
-    run = sub.add_parser("run", help="start the stack and keep it running until Ctrl-C",
-                         usage='make run RUN_ARGS="[options]"', description=DESCRIPTION, epilog=USAGE_NOTE,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("--target", choices=("cpu", "rocm"), default=os.environ.get("VLLM_ROCM_STACK_TARGET", "cpu"),
-                     help="cpu: local CPU stack (default); rocm: docker compose on an AMD node")
-    run.add_argument("--compose-file", type=Path, action="append", default=None,
-                     help="compose file for --target rocm, repeatable: docker/compose.yaml and one accuracy overlay "
-                          "(compose.baseline.yaml, compose.qualified.yaml or compose.no-canary.yaml; without one the "
-                          "sidecar refuses to start, see docker/README.md). Default: docker/compose.yaml")
-    run.add_argument("--profile", action="append", default=["monitoring"],
-                     help="compose profiles for --target rocm (default: monitoring)")
+    run = sub.add_parser(
+        "run",
+        help="start the stack and keep it running until Ctrl-C",
+        usage='make run RUN_ARGS="[options]"',
+        description=DESCRIPTION,
+        epilog=USAGE_NOTE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--target",
+        choices=("cpu", "rocm"),
+        default=os.environ.get("VLLM_ROCM_STACK_TARGET", "cpu"),
+        help="cpu: local CPU stack (default); rocm: docker compose on an AMD node",
+    )
+    run.add_argument(
+        "--compose-file",
+        type=Path,
+        action="append",
+        default=None,
+        help="compose file for --target rocm, repeatable: docker/compose.yaml and one accuracy overlay "
+        "(compose.baseline.yaml, compose.qualified.yaml or compose.no-canary.yaml; without one the "
+        "sidecar refuses to start, see docker/README.md). Default: docker/compose.yaml",
+    )
+    run.add_argument(
+        "--profile",
+        action="append",
+        default=["monitoring"],
+        help="compose profiles for --target rocm (default: monitoring)",
+    )
     _add_config_flags(run)
     from vllm_rocm_qualify.cli import add_qualify_parser
 
@@ -76,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C must stop what `run` and `qualify` start even when the parent left SIGINT ignored (a shell's background
     # job, nohup): Python then installs no KeyboardInterrupt handler of its own.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if getattr(args, "qualify_command", None):  # (qualify run has its own --command: the server template)
         from vllm_rocm_qualify.cli import dispatch
         from vllm_rocm_qualify.command import deprecated

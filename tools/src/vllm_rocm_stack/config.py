@@ -1,4 +1,5 @@
 """Settings of the local stack (`make run`), in one place. Every field is also a flag of `vllm-rocm-stack run`."""
+
 from __future__ import annotations
 
 import os
@@ -19,34 +20,55 @@ DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 
 @dataclass
 class StackConfig:
-    workdir: Path = field(default=WORK / "run", metadata={
-        "help": "logs, Prometheus and Alertmanager data, the canary baseline, notifications.jsonl"})
-    model: Path = field(default=WORK / "models" / "smollm2-135m-instruct",
-                        metadata={"help": "model directory served by vLLM (built offline by `make setup-vllm`)"})
+    workdir: Path = field(
+        default=WORK / "run",
+        metadata={"help": "logs, Prometheus and Alertmanager data, the canary baseline, notifications.jsonl"},
+    )
+    model: Path = field(
+        default=WORK / "models" / "smollm2-135m-instruct",
+        metadata={"help": "model directory served by vLLM (built offline by `make setup-vllm`)"},
+    )
     served_model_name: str = field(default="smollm2-135m-instruct", metadata={"help": "name the API serves"})
     vllm_port: int = field(default=8000, metadata={"help": "vLLM API port (127.0.0.1)"})
     sidecar_port: int = field(default=9400, metadata={"help": "health sidecar port (127.0.0.1)"})
     prometheus_port: int = field(default=9090, metadata={"help": "Prometheus port (127.0.0.1)"})
     alertmanager_port: int = field(default=9093, metadata={"help": "Alertmanager port (127.0.0.1)"})
-    receiver_port: int = field(default=9095, metadata={
-        "help": "port of the webhook receiver the stack runs for Alertmanager (127.0.0.1); it appends each "
-                "notification to WORKDIR/notifications.jsonl"})
-    alert_for: str = field(default="", metadata={
-        "help": "for tests and demos: rewrite the `for:` of every alert rule to this duration (e.g. 10s, in a copy "
-                "in WORKDIR) and make Alertmanager's group_wait/group_interval as short, so that an alert and its "
-                "resolution reach the receiver in seconds; empty = the rules and routing as shipped"})
-    sidecar_vllm_url: str = field(default="", metadata={
-        "help": "URL the sidecar checks (API, canary) instead of this stack's vLLM, e.g. a proxy in front of it "
-                "(for tests); empty = the vLLM this stack starts"})
-    enforce_eager: bool = field(default=True, metadata={
-        "help": "start vLLM with --enforce-eager (faster start; on CPU CUDA graphs are off anyway)"})
+    receiver_port: int = field(
+        default=9095,
+        metadata={
+            "help": "port of the webhook receiver the stack runs for Alertmanager (127.0.0.1); it appends each "
+            "notification to WORKDIR/notifications.jsonl"
+        },
+    )
+    alert_for: str = field(
+        default="",
+        metadata={
+            "help": "for tests and demos: rewrite the `for:` of every alert rule to this duration (e.g. 10s, in a copy "
+            "in WORKDIR) and make Alertmanager's group_wait/group_interval as short, so that an alert and its "
+            "resolution reach the receiver in seconds; empty = the rules and routing as shipped"
+        },
+    )
+    sidecar_vllm_url: str = field(
+        default="",
+        metadata={
+            "help": "URL the sidecar checks (API, canary) instead of this stack's vLLM, e.g. a proxy in front of it "
+            "(for tests); empty = the vLLM this stack starts"
+        },
+    )
+    enforce_eager: bool = field(
+        default=True,
+        metadata={"help": "start vLLM with --enforce-eager (faster start; on CPU CUDA graphs are off anyway)"},
+    )
     canary_interval: int = field(default=60, metadata={"help": "seconds between canary runs"})
-    baseline: Path | None = field(default=None, metadata={
-        "help": "canary baseline JSON; default WORKDIR/baseline-<served name>.json, recorded on first run"})
+    baseline: Path | None = field(
+        default=None,
+        metadata={"help": "canary baseline JSON; default WORKDIR/baseline-<served name>.json, recorded on first run"},
+    )
     status_interval: float = field(default=10.0, metadata={"help": "seconds between status lines"})
     startup_timeout: float = field(default=600.0, metadata={"help": "seconds to wait for vLLM to become ready"})
-    exit_after: float = field(default=0.0, metadata={
-        "help": "stop by itself after this many seconds of running (0 = until Ctrl-C)"})
+    exit_after: float = field(
+        default=0.0, metadata={"help": "stop by itself after this many seconds of running (0 = until Ctrl-C)"}
+    )
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, in words (empty when they can run)."""
@@ -55,8 +77,10 @@ class StackConfig:
             out.append(f"--alert-for {self.alert_for!r}: not a positive duration such as 10s or 1m30s")
         if self.sidecar_vllm_url and not re.match(r"^https?://[^/\s]+", self.sidecar_vllm_url):
             out.append(f"--sidecar-vllm-url {self.sidecar_vllm_url!r}: not an http(s) URL")
-        ports = {n: getattr(self, n) for n in ("vllm_port", "sidecar_port", "prometheus_port", "alertmanager_port",
-                                               "receiver_port")}
+        ports = {
+            n: getattr(self, n)
+            for n in ("vllm_port", "sidecar_port", "prometheus_port", "alertmanager_port", "receiver_port")
+        }
         for name, port in ports.items():
             if not 1 <= port <= 65535:
                 out.append(f"--{name.replace('_', '-')} {port}: not a port")

@@ -12,6 +12,7 @@ docker/scripts/gen_bake.py, the dashboard by dashboard.py, the known-issues tabl
 Run it with the project venv's python: the dashboard needs grafana-foundation-sdk, the sidecar's runtime lock the
 venv's installed metadata.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,6 +63,7 @@ class Stale:
 
 # --- producers that are not a call of an existing function ---------------------------------------------------------
 
+
 @cache
 def gen_bake() -> ModuleType:
     """docker/scripts/gen_bake.py (a script, not a package), loaded once."""
@@ -96,8 +98,11 @@ def _compose_grafana(root: Path) -> tuple[str, str]:
     if len(listen) != 1:
         raise ValueError(f"{COMPOSE}: the prometheus service needs one --web.listen-address=HOST:PORT")
     boards = (root / "charts" / "vllm-rocm" / "files" / "dashboards").resolve()
-    mounts = [v.split(":")[1] for v in services["grafana"]["volumes"]
-              if ":" in v and "/" in v.split(":")[0] and (root / "docker" / v.split(":")[0]).resolve() == boards]
+    mounts = [
+        v.split(":")[1]
+        for v in services["grafana"]["volumes"]
+        if ":" in v and "/" in v.split(":")[0] and (root / "docker" / v.split(":")[0]).resolve() == boards
+    ]
     if len(mounts) != 1:
         raise ValueError(f"{COMPOSE}: the grafana service needs one mount of charts/vllm-rocm/files/dashboards")
     return f"http://prometheus:{listen[0].rsplit(':', 1)[1]}", mounts[0]
@@ -137,11 +142,13 @@ def readme_releases(root: Path) -> str:
             new = ", ".join(f"`{i}`" for i in fixes.pop(release))
             if not new and not any(f"`{i}`" in cell for i in ids):
                 new = cell  # words, not ids: kept
-            lines[row] = lines[row][:m.end(2)] + (f" {new} |" if new else " |")
+            lines[row] = lines[row][: m.end(2)] + (f" {new} |" if new else " |")
         row += 1
     if fixes:
-        raise ValueError(f"{path}: the supported-releases table has no row for {sorted(fixes)} "
-                         "(docker/releases.json has them): add the rows, their last cell is generated")
+        raise ValueError(
+            f"{path}: the supported-releases table has no row for {sorted(fixes)} "
+            "(docker/releases.json has them): add the rows, their last cell is generated"
+        )
     return "\n".join(lines)
 
 
@@ -149,36 +156,66 @@ def readme_releases(root: Path) -> str:
 
 SERIES = ("docker/releases.json", "patches", KNOWN_ISSUES)
 REGISTRY: tuple[Generated, ...] = (
-    Generated("docker/docker-bake.hcl", (*SERIES, "pyproject.toml", "docker/scripts/gen_bake.py"),
-              "docker/scripts/gen_bake.py (load_matrix, render)", bake_file),
-    Generated("charts/vllm-rocm/files/dashboards/vllm-rocm.json", ("tools/src/vllm_rocm_stack/dashboard.py",),
-              "vllm_rocm_stack.dashboard.render", dashboard_json),
-    Generated("docker/grafana/provisioning/datasources/prometheus.yaml",
-              (COMPOSE, "tools/src/vllm_rocm_stack/grafana.py"), "vllm_rocm_stack.grafana.datasource_yaml",
-              grafana_datasource),
-    Generated("docker/grafana/provisioning/dashboards/vllm-rocm.yaml",
-              (COMPOSE, "tools/src/vllm_rocm_stack/grafana.py"), "vllm_rocm_stack.grafana.dashboards_yaml",
-              grafana_dashboards),
-    Generated("known-issues/README.md", (KNOWN_ISSUES,),
-              "vllm_rocm_known_issues.evaluator.markdown_table (the block between the known-issues-table markers)",
-              known_issues_readme),
+    Generated(
+        "docker/docker-bake.hcl",
+        (*SERIES, "pyproject.toml", "docker/scripts/gen_bake.py"),
+        "docker/scripts/gen_bake.py (load_matrix, render)",
+        bake_file,
+    ),
+    Generated(
+        "charts/vllm-rocm/files/dashboards/vllm-rocm.json",
+        ("tools/src/vllm_rocm_stack/dashboard.py",),
+        "vllm_rocm_stack.dashboard.render",
+        dashboard_json,
+    ),
+    Generated(
+        "docker/grafana/provisioning/datasources/prometheus.yaml",
+        (COMPOSE, "tools/src/vllm_rocm_stack/grafana.py"),
+        "vllm_rocm_stack.grafana.datasource_yaml",
+        grafana_datasource,
+    ),
+    Generated(
+        "docker/grafana/provisioning/dashboards/vllm-rocm.yaml",
+        (COMPOSE, "tools/src/vllm_rocm_stack/grafana.py"),
+        "vllm_rocm_stack.grafana.dashboards_yaml",
+        grafana_dashboards,
+    ),
+    Generated(
+        "known-issues/README.md",
+        (KNOWN_ISSUES,),
+        "vllm_rocm_known_issues.evaluator.markdown_table (the block between the known-issues-table markers)",
+        known_issues_readme,
+    ),
     Generated("charts/vllm-rocm/files/known-issues.json", (KNOWN_ISSUES,), "a byte copy", chart_known_issues),
-    Generated("charts/vllm-rocm/README.md", ("charts/vllm-rocm/values.yaml",),
-              "vllm_rocm_stack.chart_values_table (the block between the VALUES markers)",
-              lambda root: chart_values_table.readme(root / "charts" / "vllm-rocm")),
-    Generated("docker/health/requirements.lock",
-              ("requirements/dev.lock", "pyproject.toml", "docker/health/Dockerfile"),
-              "vllm_rocm_stack.health_lock.runtime_lock (closure from the venv's installed metadata)",
-              health_lock.runtime_lock),
-    Generated("docker/health/build-requirements.lock", ("requirements/dev.lock", "pyproject.toml"),
-              "vllm_rocm_stack.health_lock.build_lock", health_lock.build_lock),
-    Generated("README.md", SERIES,
-              "vllm_rocm_stack.generate.readme_releases (the fixes column of the supported-releases table)",
-              readme_releases),
+    Generated(
+        "charts/vllm-rocm/README.md",
+        ("charts/vllm-rocm/values.yaml",),
+        "vllm_rocm_stack.chart_values_table (the block between the VALUES markers)",
+        lambda root: chart_values_table.readme(root / "charts" / "vllm-rocm"),
+    ),
+    Generated(
+        "docker/health/requirements.lock",
+        ("requirements/dev.lock", "pyproject.toml", "docker/health/Dockerfile"),
+        "vllm_rocm_stack.health_lock.runtime_lock (closure from the venv's installed metadata)",
+        health_lock.runtime_lock,
+    ),
+    Generated(
+        "docker/health/build-requirements.lock",
+        ("requirements/dev.lock", "pyproject.toml"),
+        "vllm_rocm_stack.health_lock.build_lock",
+        health_lock.build_lock,
+    ),
+    Generated(
+        "README.md",
+        SERIES,
+        "vllm_rocm_stack.generate.readme_releases (the fixes column of the supported-releases table)",
+        readme_releases,
+    ),
 )
 
 
 # --- check and write ------------------------------------------------------------------------------------------------
+
 
 def _first_difference(old: bytes, new: bytes) -> int:
     for n, (a, b) in enumerate(zip(old.split(b"\n"), new.split(b"\n"), strict=False), 1):
@@ -199,8 +236,9 @@ def _judge(entry: Generated, root: Path) -> tuple[bytes | None, str]:
     old = target.read_bytes()
     if old == new:
         return new, ""
-    return new, (f"differs at line {_first_difference(old, new)} from what {entry.producer} makes of "
-                 f"{', '.join(entry.sources)}")
+    return new, (
+        f"differs at line {_first_difference(old, new)} from what {entry.producer} makes of {', '.join(entry.sources)}"
+    )
 
 
 def check(root: Path = REPO, registry: Iterable[Generated] = REGISTRY) -> list[Stale]:
@@ -226,8 +264,11 @@ def write(root: Path = REPO, registry: Iterable[Generated] = REGISTRY) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_rocm_stack.generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_rocm_stack.generate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="rewrite the stale files and print what changed")
     mode.add_argument("--check", action="store_true", help="write nothing; exit 1 listing every stale file")

@@ -2,6 +2,7 @@
 dashboard JSON. One writer for both places a Grafana reads it from: `make run`'s work directory (generated, pointing
 at the local Prometheus) and docker/grafana/provisioning (checked in, pointing at the compose service; written by
 `make generate`, vllm_rocm_stack.generate)."""
+
 from __future__ import annotations
 
 import shutil
@@ -17,15 +18,43 @@ FOLDER = "vLLM on ROCm"
 
 
 def datasource_yaml(prometheus_url: str) -> str:
-    return yaml.safe_dump({"apiVersion": 1, "datasources": [{
-        "name": "Prometheus", "uid": DATASOURCE_UID, "type": "prometheus", "access": "proxy",
-        "url": prometheus_url, "isDefault": True, "editable": False}]}, sort_keys=False)
+    return yaml.safe_dump(
+        {
+            "apiVersion": 1,
+            "datasources": [
+                {
+                    "name": "Prometheus",
+                    "uid": DATASOURCE_UID,
+                    "type": "prometheus",
+                    "access": "proxy",
+                    "url": prometheus_url,
+                    "isDefault": True,
+                    "editable": False,
+                }
+            ],
+        },
+        sort_keys=False,
+    )
 
 
 def dashboards_yaml(dashboards_dir: str) -> str:
-    return yaml.safe_dump({"apiVersion": 1, "providers": [{
-        "name": UID, "folder": FOLDER, "type": "file", "disableDeletion": True, "allowUiUpdates": False,
-        "updateIntervalSeconds": 30, "options": {"path": dashboards_dir}}]}, sort_keys=False)
+    return yaml.safe_dump(
+        {
+            "apiVersion": 1,
+            "providers": [
+                {
+                    "name": UID,
+                    "folder": FOLDER,
+                    "type": "file",
+                    "disableDeletion": True,
+                    "allowUiUpdates": False,
+                    "updateIntervalSeconds": 30,
+                    "options": {"path": dashboards_dir},
+                }
+            ],
+        },
+        sort_keys=False,
+    )
 
 
 def write_provisioning(root: Path, prometheus_url: str) -> Path:

@@ -1,4 +1,5 @@
 """A real Prometheus server for the local stack and the tests: config, start, readiness, queries, stop."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,10 @@ def rules_with_for(source: Path, dest: Path, duration: str, alerts: Collection[s
             if "alert" in rule and (not alerts or rule["alert"] in alerts):
                 rule["for"] = duration
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(f"# {source} with every `for:` set to {duration} (vllm-rocm-stack run --alert-for)\n"
-                    + yaml.safe_dump(rules, sort_keys=False, width=1000))
+    dest.write_text(
+        f"# {source} with every `for:` set to {duration} (vllm-rocm-stack run --alert-for)\n"
+        + yaml.safe_dump(rules, sort_keys=False, width=1000)
+    )
     return dest
 
 
@@ -81,8 +84,13 @@ class PrometheusServer:
         tsdb.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
             "prometheus",
-            [exe, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle"],
+            [
+                exe,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tsdb}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-lifecycle",
+            ],
             self.workdir / "prometheus.log",
         )
         self.process.start()

@@ -6,6 +6,7 @@ restarts), `5xx` (HTTP 503), `slow` (answers held back by `delay` seconds) and `
 HTTP 200 with a body of the wrong shape: a list where vLLM sends an object). With no fault, requests and answers
 pass unchanged: what the client sees is the real server's output.
 """
+
 from __future__ import annotations
 
 import http.client

@@ -1,4 +1,5 @@
 """`vllm-rocm-health serve` as a real child process, polled over HTTP: for the bench and the tests."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,12 @@ class SidecarProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._out = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "vllm_rocm_health", "serve",
-                                      "--listen", f"127.0.0.1:{self.port}", *args],
-                                     stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm_rocm_health", "serve", "--listen", f"127.0.0.1:{self.port}", *args],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         # Generous: a Python start with its imports takes ~1 s idle and several times that on a loaded machine.
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

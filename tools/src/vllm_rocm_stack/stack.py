@@ -1,6 +1,7 @@
 """Run the whole stack on this machine: a real vLLM (CPU build), the health sidecar following its log and API,
 a Prometheus server that scrapes both and evaluates the shipped alert rules, and a real Alertmanager with the shipped
 routing that notifies a webhook receiver the stack runs (notifications.jsonl). Stops everything on Ctrl-C."""
+
 from __future__ import annotations
 
 import json
@@ -70,29 +71,46 @@ class Stack:
         self.grafana_provisioning: Path | None = None  # written once Prometheus runs
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         self.vllm = VllmServer(
-            model=cfg.model, served_model_name=cfg.served_model_name, port=cfg.vllm_port,
-            log_path=cfg.workdir / "vllm.log", enforce_eager=cfg.enforce_eager,
+            model=cfg.model,
+            served_model_name=cfg.served_model_name,
+            port=cfg.vllm_port,
+            log_path=cfg.workdir / "vllm.log",
+            enforce_eager=cfg.enforce_eager,
         )
         self.sidecar = ManagedProcess(
             "health sidecar",
-            [sys.executable, "-m", "vllm_rocm_health", "serve",
-             "--vllm-url", cfg.sidecar_target_url,
-             "--listen", f"127.0.0.1:{cfg.sidecar_port}",
-             "--log-source", f"file:{self.vllm.log_path}",
-             "--canary-baseline", str(cfg.baseline_path),
-             "--canary-interval", str(cfg.canary_interval)],
+            [
+                sys.executable,
+                "-m",
+                "vllm_rocm_health",
+                "serve",
+                "--vllm-url",
+                cfg.sidecar_target_url,
+                "--listen",
+                f"127.0.0.1:{cfg.sidecar_port}",
+                "--log-source",
+                f"file:{self.vllm.log_path}",
+                "--canary-baseline",
+                str(cfg.baseline_path),
+                "--canary-interval",
+                str(cfg.canary_interval),
+            ],
             cfg.workdir / "sidecar.log",
         )
         # --alert-for: Prometheus loads a copy of the rules with every `for:` shortened (written at start).
         self.rules = cfg.workdir / "prometheus" / ALERT_RULES.name if cfg.alert_for else ALERT_RULES
         self.notifications = cfg.workdir / "notifications.jsonl"
         self.receiver: WebhookReceiver | None = None  # listens from start() on
-        self.alertmanager = AlertmanagerServer(workdir=cfg.workdir / "alertmanager", port=cfg.alertmanager_port,
-                                               config={})
+        self.alertmanager = AlertmanagerServer(
+            workdir=cfg.workdir / "alertmanager", port=cfg.alertmanager_port, config={}
+        )
         self.prometheus = PrometheusServer(
-            workdir=cfg.workdir / "prometheus", port=cfg.prometheus_port,
-            targets=[ScrapeTarget(SIDECAR_JOB, f"127.0.0.1:{cfg.sidecar_port}"),
-                     ScrapeTarget("vllm", f"127.0.0.1:{cfg.vllm_port}")],
+            workdir=cfg.workdir / "prometheus",
+            port=cfg.prometheus_port,
+            targets=[
+                ScrapeTarget(SIDECAR_JOB, f"127.0.0.1:{cfg.sidecar_port}"),
+                ScrapeTarget("vllm", f"127.0.0.1:{cfg.vllm_port}"),
+            ],
             rule_files=[self.rules],
             alertmanagers=[f"127.0.0.1:{cfg.alertmanager_port}"],
         )
@@ -105,16 +123,18 @@ class Stack:
             raise RuntimeError(f"alert rules {ALERT_RULES} missing")
         # Truncate the previous run's log: the sidecar follows this file from its start.
         self.vllm.log_path.write_bytes(b"")
-        _say(f"starting vLLM (CPU) on {self.cfg.vllm_url} serving {self.cfg.served_model_name}; "
-             f"log {self.vllm.log_path}")
+        _say(
+            f"starting vLLM (CPU) on {self.cfg.vllm_url} serving {self.cfg.served_model_name}; log {self.vllm.log_path}"
+        )
         self.vllm.start(timeout=self.cfg.startup_timeout, progress=self._progress("vLLM"))
         _say(f"vLLM is up ({self.vllm.startup_seconds:.0f} s)")
         self._ensure_baseline()
         api = "API" if not self.cfg.sidecar_vllm_url else f"API through {self.cfg.sidecar_target_url}"
         _say(f"starting the health sidecar on {self.cfg.sidecar_url} (following the vLLM log and {api})")
         self.sidecar.start()
-        if not wait_until(lambda: self._sidecar_alive() and _http_json(self.cfg.sidecar_url + "/healthz")[0] == 200,
-                          60, interval=0.3):
+        if not wait_until(
+            lambda: self._sidecar_alive() and _http_json(self.cfg.sidecar_url + "/healthz")[0] == 200, 60, interval=0.3
+        ):
             raise RuntimeError(f"the sidecar did not start:\n{self.sidecar.log_tail()}")
         self._start_alerting()
         rules = str(ALERT_RULES.relative_to(REPO))
@@ -130,13 +150,18 @@ class Stack:
         self.notifications.write_bytes(b"")  # this run's notifications only, like vllm.log
         self.receiver = WebhookReceiver(self.cfg.receiver_port, self.notifications, say=_say)
         self.receiver.start()
-        _say(f"started the webhook receiver on {self.receiver.url}: one JSON line per notification in "
-             f"{self.notifications}")
-        self.alertmanager.config = local_config(yaml.safe_load(EXAMPLE_CONFIG.read_text()), self.receiver.url,
-                                                timing=self.cfg.alert_for)
+        _say(
+            f"started the webhook receiver on {self.receiver.url}: one JSON line per notification in "
+            f"{self.notifications}"
+        )
+        self.alertmanager.config = local_config(
+            yaml.safe_load(EXAMPLE_CONFIG.read_text()), self.receiver.url, timing=self.cfg.alert_for
+        )
         timing = f", group_wait/group_interval {self.cfg.alert_for} (--alert-for)" if self.cfg.alert_for else ""
-        _say(f"starting Alertmanager on {self.alertmanager.url} with {EXAMPLE_CONFIG.relative_to(REPO)} "
-             f"(every receiver a webhook to the receiver{timing})")
+        _say(
+            f"starting Alertmanager on {self.alertmanager.url} with {EXAMPLE_CONFIG.relative_to(REPO)} "
+            f"(every receiver a webhook to the receiver{timing})"
+        )
         self.alertmanager.start()
 
     def _sidecar_alive(self) -> bool:
@@ -152,6 +177,7 @@ class Stack:
                 last[0] = elapsed
                 line = self.vllm.last_log_line()
                 _say(f"  waiting for {what}: {elapsed:.0f} s" + (f" | {line[:100]}" if line else ""))
+
         return tick
 
     def _ensure_baseline(self) -> None:
@@ -162,8 +188,17 @@ class Stack:
             _say(f"canary baseline: {path}")
             return
         _say(f"no canary baseline yet: recording one from this server into {path} (delete it to re-record)")
-        cmd = [sys.executable, "-m", "vllm_rocm_health", "baseline", "record", "--out", str(path),
-               "--vllm-url", self.cfg.vllm_url]
+        cmd = [
+            sys.executable,
+            "-m",
+            "vllm_rocm_health",
+            "baseline",
+            "record",
+            "--out",
+            str(path),
+            "--vllm-url",
+            self.cfg.vllm_url,
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             raise RuntimeError(f"baseline record failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
@@ -171,12 +206,21 @@ class Stack:
     # -- steady state -------------------------------------------------------------------------------------
     def status(self) -> dict:
         code, ready = _http_json(self.cfg.sidecar_url + "/readyz")
-        out: dict = {"ready": code == 200, "ready_reason": ready.get("reason", ""), "canary_score": None,
-                     "fingerprint_drift": None, "firing": [], "pending": [], "targets": {},
-                     "notifications": self.receiver.count if self.receiver else 0}
+        out: dict = {
+            "ready": code == 200,
+            "ready_reason": ready.get("reason", ""),
+            "canary_score": None,
+            "fingerprint_drift": None,
+            "firing": [],
+            "pending": [],
+            "targets": {},
+            "notifications": self.receiver.count if self.receiver else 0,
+        }
         try:
-            for key, expr in (("canary_score", "vllm_canary_score_ratio"),
-                              ("fingerprint_drift", "vllm_canary_fingerprint_drift")):
+            for key, expr in (
+                ("canary_score", "vllm_canary_score_ratio"),
+                ("fingerprint_drift", "vllm_canary_fingerprint_drift"),
+            ):
                 res = self.prometheus.query(expr)
                 if res:
                     out[key] = float(res[0]["value"][1])
@@ -198,10 +242,18 @@ class Stack:
             ("Prometheus alerts", prom, ["/alerts", "/classic/alerts"], f"rules: {ALERT_RULES.relative_to(REPO)}"),
             ("Prometheus targets", prom, ["/targets", "/classic/targets"], ""),
             ("Prometheus graph", prom, ["/graph", "/classic/graph"], ""),
-            ("Alertmanager API", self.alertmanager.url, ["/api/v2/alerts"],
-             f"no web UI in Debian's package: amtool --alertmanager.url={self.alertmanager.url} alert query"),
-            ("webhook receiver", self.receiver.url if self.receiver else "", ["/"],
-             "Alertmanager's notifications arrive here"),
+            (
+                "Alertmanager API",
+                self.alertmanager.url,
+                ["/api/v2/alerts"],
+                f"no web UI in Debian's package: amtool --alertmanager.url={self.alertmanager.url} alert query",
+            ),
+            (
+                "webhook receiver",
+                self.receiver.url if self.receiver else "",
+                ["/"],
+                "Alertmanager's notifications arrive here",
+            ),
         ]
         out = []
         for what, base, paths, note in wanted:
@@ -222,9 +274,11 @@ class Stack:
             f"  {'':<19} GF_PATHS_PROVISIONING={self.grafana_provisioning} grafana server",
             f"  {'':<19} or import {DASHBOARD_JSON.relative_to(REPO)}",
             f"  {'try':<19} curl -s {c.vllm_url}/v1/completions -H 'Content-Type: application/json' \\",
-            f"  {'':<19}   -d '{{\"model\": \"{c.served_model_name}\", \"prompt\": \"The capital of France is\", "
-            f"\"max_tokens\": 8}}'",
-            "Press Ctrl-C to stop everything.", ""]
+            f'  {"":<19}   -d \'{{"model": "{c.served_model_name}", "prompt": "The capital of France is", '
+            f'"max_tokens": 8}}\'',
+            "Press Ctrl-C to stop everything.",
+            "",
+        ]
         print("\n".join(lines), flush=True)
 
     def status_line(self) -> str:
@@ -233,17 +287,22 @@ class Stack:
         drift = "n/a" if s["fingerprint_drift"] is None else f"{s['fingerprint_drift']:.3f}"
         targets = ", ".join(f"{k}={v}" for k, v in sorted(s["targets"].items())) or "n/a"
         ready = "yes" if s["ready"] else f"no ({s['ready_reason'] or 'no answer'})"
-        return (f"ready={ready} | canary score={score} drift={drift} | targets: {targets} | "
-                f"alerts firing={s['firing'] or 'none'} pending={s['pending'] or 'none'} | "
-                f"notifications={s['notifications']}")
+        return (
+            f"ready={ready} | canary score={score} drift={drift} | targets: {targets} | "
+            f"alerts firing={s['firing'] or 'none'} pending={s['pending'] or 'none'} | "
+            f"notifications={s['notifications']}"
+        )
 
     def run(self) -> int:
         self.start()
         self.print_banner()
         started = time.monotonic()
         while not self.stop_event.wait(self.cfg.status_interval):
-            for name, proc_alive in (("vLLM", self.vllm.alive), ("sidecar", self.sidecar.alive),
-                                     ("Alertmanager", self.alertmanager.alive)):
+            for name, proc_alive in (
+                ("vLLM", self.vllm.alive),
+                ("sidecar", self.sidecar.alive),
+                ("Alertmanager", self.alertmanager.alive),
+            ):
                 if not proc_alive():
                     _say(f"{name} exited unexpectedly; stopping the stack")
                     return 1
@@ -255,9 +314,13 @@ class Stack:
     def shutdown(self) -> None:
         """Stop whatever was started, in order; a step that fails does not keep the next ones from running."""
         _say("stopping: Prometheus, Alertmanager, webhook receiver, sidecar, vLLM")
-        steps = [("Prometheus", self.prometheus.stop), ("Alertmanager", self.alertmanager.stop),
-                 ("webhook receiver", self.receiver.stop if self.receiver else lambda: None),
-                 ("sidecar", lambda: self.sidecar.stop(timeout=10)), ("vLLM", self.vllm.stop)]
+        steps = [
+            ("Prometheus", self.prometheus.stop),
+            ("Alertmanager", self.alertmanager.stop),
+            ("webhook receiver", self.receiver.stop if self.receiver else lambda: None),
+            ("sidecar", lambda: self.sidecar.stop(timeout=10)),
+            ("vLLM", self.vllm.stop),
+        ]
         for what, stop in steps:
             try:
                 stop()
@@ -299,8 +362,11 @@ def run_compose(compose_files: list[Path], profiles: list[str]) -> int:
     """The ROCm path on a real AMD node: docker compose with the distribution's images."""
     for dev in ("/dev/kfd", "/dev/dri"):
         if not Path(dev).exists():
-            print(f"vllm-rocm-stack: error: {dev} not found: the ROCm path needs an AMD GPU node "
-                  "(use the default CPU stack on this machine)", file=sys.stderr)
+            print(
+                f"vllm-rocm-stack: error: {dev} not found: the ROCm path needs an AMD GPU node "
+                "(use the default CPU stack on this machine)",
+                file=sys.stderr,
+            )
             return 2
     cmd = ["docker", "compose"]
     for f in compose_files:

@@ -1,4 +1,5 @@
 """A real vLLM server (the CPU build) as a child process: for `make run`, the live tests and the bench."""
+
 from __future__ import annotations
 
 import time
@@ -25,21 +26,47 @@ def server_env(cache: Path) -> dict[str, str]:
 
 
 class VllmServer:
-    def __init__(self, model: Path, served_model_name: str, port: int, log_path: Path, enforce_eager: bool = True,
-                 extra_args: list[str] | None = None, python: Path = VLLM_PYTHON, max_model_len: int = 2048) -> None:
+    def __init__(
+        self,
+        model: Path,
+        served_model_name: str,
+        port: int,
+        log_path: Path,
+        enforce_eager: bool = True,
+        extra_args: list[str] | None = None,
+        python: Path = VLLM_PYTHON,
+        max_model_len: int = 2048,
+    ) -> None:
         self.model = model
         self.served_model_name = served_model_name
         self.port = port
         self.log_path = log_path
         self.python = python
-        argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                "--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port),
-                "--max-model-len", str(max_model_len), "--dtype", "bfloat16", "--seed", "0"]
+        argv = [
+            str(python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            served_model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(max_model_len),
+            "--dtype",
+            "bfloat16",
+            "--seed",
+            "0",
+        ]
         if enforce_eager:
             argv.append("--enforce-eager")
         argv += list(extra_args or [])
-        self.process = ManagedProcess(f"vLLM ({served_model_name})", argv, log_path,
-                                      env=server_env(WORK / "cache"), cwd=REPO)
+        self.process = ManagedProcess(
+            f"vLLM ({served_model_name})", argv, log_path, env=server_env(WORK / "cache"), cwd=REPO
+        )
         self.startup_seconds = 0.0
 
     @property
@@ -48,8 +75,9 @@ class VllmServer:
 
     def healthy(self) -> bool:
         if not self.process.alive():
-            raise RuntimeError(f"vLLM exited with {self.process.returncode()} during start-up; log tail:\n"
-                               f"{self.process.log_tail(40)}")
+            raise RuntimeError(
+                f"vLLM exited with {self.process.returncode()} during start-up; log tail:\n{self.process.log_tail(40)}"
+            )
         try:
             with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
                 return r.status == 200

@@ -1,4 +1,5 @@
 """The accuracy canary: temperature-0 checks that catch a server answering HTTP 200 with wrong tokens."""
+
 from .config import CanaryConfig
 from .runner import CanaryResult, CanaryRunner
 

@@ -1,4 +1,5 @@
 """Baselines: what a known-good server answered, stored and loaded explicitly (never re-taken silently)."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,10 @@ class Baseline:
         try:
             raw: Any = json.loads(path.read_text())
         except FileNotFoundError as e:
-            raise BaselineError(f"baseline {path} not found: record one with "
-                                "`vllm-rocm-health baseline record --out FILE` against a known-good server") from e
+            raise BaselineError(
+                f"baseline {path} not found: record one with "
+                "`vllm-rocm-health baseline record --out FILE` against a known-good server"
+            ) from e
         except (OSError, ValueError) as e:
             raise BaselineError(f"baseline {path} is unreadable: {e}") from e
         return cls.from_raw(raw, f"baseline {path}")
@@ -67,8 +70,9 @@ class Baseline:
             raise BaselineError(f"{source}: format {raw.get('format')!r}, this sidecar reads {FORMAT}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
-        missing = sorted(f.name for f in fields(cls) if f.name not in raw and f.default is MISSING
-                         and f.default_factory is MISSING)
+        missing = sorted(
+            f.name for f in fields(cls) if f.name not in raw and f.default is MISSING and f.default_factory is MISSING
+        )
         if unknown or missing:
             parts = [f"unknown fields {unknown}"] if unknown else []
             parts += [f"missing fields {missing}"] if missing else []
@@ -82,6 +86,7 @@ class Baseline:
     def problem(self) -> str:
         """What is wrong with this baseline, naming the field; "" when it can be relied on. A baseline decides what
         counts as right, so every field is checked for type and range, and the score against the answers."""
+
         def is_int(x: Any) -> bool:
             return isinstance(x, int) and not isinstance(x, bool)
 
@@ -110,12 +115,18 @@ class Baseline:
         if len(self.long_answers) != self.long_prompts:
             return f"{len(self.long_answers)} long_answers for {self.long_prompts} long prompts"
         if not isinstance(self.fingerprints, list) or len(self.fingerprints) != len(fingerprint.REFERENCE_TEXTS):
-            return (f"fingerprints: expected {len(fingerprint.REFERENCE_TEXTS)} lists (one per reference text), "
-                    f"got {str(self.fingerprints)[:80]}")
+            return (
+                f"fingerprints: expected {len(fingerprint.REFERENCE_TEXTS)} lists (one per reference text), "
+                f"got {str(self.fingerprints)[:80]}"
+            )
         for i, fp in enumerate(self.fingerprints):
             # vLLM gives the first prompt token no logprob (null); every other one must be a finite number.
-            if not isinstance(fp, list) or len(fp) < 2 or not all(is_num(v) for v in fp[1:]) \
-                    or not (fp[0] is None or is_num(fp[0])):
+            if (
+                not isinstance(fp, list)
+                or len(fp) < 2
+                or not all(is_num(v) for v in fp[1:])
+                or not (fp[0] is None or is_num(fp[0]))
+            ):
                 return f"fingerprints[{i}] is not a list of finite logprobs: {str(fp)[:80]}"
         if not is_num(self.created):
             return f"created {self.created!r} is not a timestamp"
@@ -137,5 +148,8 @@ class Baseline:
         if num_problems != self.num_problems:
             problems.append(f"num_problems {num_problems} != baseline's {self.num_problems}")
         if problems:
-            raise BaselineError("baseline does not match this canary: " + "; ".join(problems)
-                                + " (record a new baseline for this configuration)")
+            raise BaselineError(
+                "baseline does not match this canary: "
+                + "; ".join(problems)
+                + " (record a new baseline for this configuration)"
+            )

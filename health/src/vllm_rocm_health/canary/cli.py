@@ -1,4 +1,5 @@
 """`vllm-rocm-health baseline record`: take a canary baseline from a known-good server."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,10 +16,12 @@ _DEFAULTS = CanaryConfig()
 
 def add_baseline_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "baseline", help="record a canary baseline",
+        "baseline",
+        help="record a canary baseline",
         description="Canary baselines are taken explicitly, from a server known to be right, for one model and "
-                    "configuration (dtype, eager or compiled: logprobs differ between them). The sidecar never "
-                    "re-takes one by itself.")
+        "configuration (dtype, eager or compiled: logprobs differ between them). The sidecar never "
+        "re-takes one by itself.",
+    )
     sub = p.add_subparsers(dest="baseline_command", required=True)
     rec = sub.add_parser("record", help="ask a known-good server the canary's questions and store its answers")
     rec.add_argument("--out", type=Path, required=True, help="baseline JSON to write")
@@ -29,8 +32,12 @@ def add_baseline_parser(subparsers: argparse._SubParsersAction) -> None:
     for name in ("seed", "num_problems", "max_tokens", "timeout"):
         default = getattr(_DEFAULTS, name)
         f = next(f for f in dataclasses.fields(CanaryConfig) if f.name == name)
-        rec.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
-                         help=f"{f.metadata['help']} (default: {default})")
+        rec.add_argument(
+            "--" + name.replace("_", "-"),
+            type=type(default),
+            default=default,
+            help=f"{f.metadata['help']} (default: {default})",
+        )
     rec.set_defaults(func=_record)
 
 
@@ -38,8 +45,7 @@ def _record(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.force:
         log.error("%s exists; pass --force to replace it", args.out)
         return 2
-    cfg = CanaryConfig(seed=args.seed, num_problems=args.num_problems, max_tokens=args.max_tokens,
-                       timeout=args.timeout)
+    cfg = CanaryConfig(seed=args.seed, num_problems=args.num_problems, max_tokens=args.max_tokens, timeout=args.timeout)
     from .client import CanaryError
 
     try:
@@ -48,6 +54,8 @@ def _record(args: argparse.Namespace) -> int:
         log.error("could not record a baseline from %s: %s", args.vllm_url, e)
         return 1
     base.save(args.out)
-    print(f"baseline written to {args.out}: model {base.model}, score {base.score:.2f} "
-          f"({base.num_problems} problems, seed {base.seed}), {len(base.fingerprints)} fingerprint texts")
+    print(
+        f"baseline written to {args.out}: model {base.model}, score {base.score:.2f} "
+        f"({base.num_problems} problems, seed {base.seed}), {len(base.fingerprints)} fingerprint texts"
+    )
     return 0

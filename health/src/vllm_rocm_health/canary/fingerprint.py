@@ -1,4 +1,5 @@
 """Fingerprint: prompt-token logprobs of fixed reference texts, compared with a baseline."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """The canary's Prometheus metrics (names per docs/contracts.md)."""
+
 from __future__ import annotations
 
 import threading
@@ -41,32 +42,55 @@ class MeasuredGauge(Collector):
 
 class CanaryMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.configured = Gauge("vllm_canary_configured",
-                                "1 when the accuracy canary runs; 0 when it was switched off on purpose "
-                                "(--no-canary-enabled): wrong tokens are then not caught", registry=registry)
+        self.configured = Gauge(
+            "vllm_canary_configured",
+            "1 when the accuracy canary runs; 0 when it was switched off on purpose "
+            "(--no-canary-enabled): wrong tokens are then not caught",
+            registry=registry,
+        )
         # score, drift, passing: absent until a canary run measured them (MeasuredGauge)
-        self.score = MeasuredGauge("vllm_canary_score_ratio", "Last canary task score (exact-answer problems), 0..1",
-                                   registry)
-        self.threshold = Gauge("vllm_canary_score_threshold_ratio",
-                               "Score below which the canary fails (baseline score minus tolerance)", registry=registry)
-        self.drift = MeasuredGauge("vllm_canary_fingerprint_drift",
-                                   "Max per-token prompt logprob difference from the baseline, in nats", registry)
-        self.tolerance = Gauge("vllm_canary_fingerprint_tolerance", "Fingerprint drift tolerance in force, in nats",
-                               registry=registry)
+        self.score = MeasuredGauge(
+            "vllm_canary_score_ratio", "Last canary task score (exact-answer problems), 0..1", registry
+        )
+        self.threshold = Gauge(
+            "vllm_canary_score_threshold_ratio",
+            "Score below which the canary fails (baseline score minus tolerance)",
+            registry=registry,
+        )
+        self.drift = MeasuredGauge(
+            "vllm_canary_fingerprint_drift",
+            "Max per-token prompt logprob difference from the baseline, in nats",
+            registry,
+        )
+        self.tolerance = Gauge(
+            "vllm_canary_fingerprint_tolerance", "Fingerprint drift tolerance in force, in nats", registry=registry
+        )
         self.passing = MeasuredGauge("vllm_canary_passing", "1 when the last canary run passed", registry)
         self.runs = Counter("vllm_canary_runs", "Canary runs by outcome", ["outcome"], registry=registry)
-        self.errors = Counter("vllm_canary_errors", "Canary runs that ended in an error, by what went wrong",
-                              ["reason"], registry=registry)
-        self.last_success = Gauge("vllm_canary_last_success_timestamp_seconds",
-                                  "Unix time of the last passing canary run", registry=registry)
-        self.interval = Gauge("vllm_canary_interval_seconds", "Configured seconds between canary runs",
-                              registry=registry)
-        self.duration = Histogram("vllm_canary_duration_seconds", "Wall time of one canary run",
-                                  buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=registry)
+        self.errors = Counter(
+            "vllm_canary_errors",
+            "Canary runs that ended in an error, by what went wrong",
+            ["reason"],
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            "vllm_canary_last_success_timestamp_seconds", "Unix time of the last passing canary run", registry=registry
+        )
+        self.interval = Gauge(
+            "vllm_canary_interval_seconds", "Configured seconds between canary runs", registry=registry
+        )
+        self.duration = Histogram(
+            "vllm_canary_duration_seconds",
+            "Wall time of one canary run",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+            registry=registry,
+        )
         self.requests = Counter("vllm_canary_requests", "Requests the canary sent to the server", registry=registry)
-        self.abandoned = Counter("vllm_canary_requests_abandoned",
-                                 "Canary requests given up at the timeout; their connection is closed, which makes "
-                                 "vLLM abort them", registry=registry)
+        self.abandoned = Counter(
+            "vllm_canary_requests_abandoned",
+            "Canary requests given up at the timeout; their connection is closed, which makes vLLM abort them",
+            registry=registry,
+        )
         self.tokens = Counter("vllm_canary_tokens", "Tokens the canary caused, by kind", ["kind"], registry=registry)
         for outcome in ("pass", "fail", "error"):
             self.runs.labels(outcome)

@@ -1,4 +1,5 @@
 """Seeded arithmetic problems with exact answers, asked few-shot at temperature 0, scored exactly."""
+
 from __future__ import annotations
 
 import random

@@ -1,5 +1,6 @@
 """One canary run: arithmetic problems under mixed prefill+decode load, an after-idle probe, and the
 fingerprint; compared with the baseline. The sidecar (app.py) runs it periodically in a thread."""
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,15 @@ def budget(cfg: CanaryConfig) -> tuple[int, int]:
 
 
 class CanaryRunner:
-    def __init__(self, cfg: CanaryConfig, base_url: str, registry: CollectorRegistry, model: str | None = None,
-                 transport: httpx.BaseTransport | None = None, baseline: Baseline | None = None) -> None:
+    def __init__(
+        self,
+        cfg: CanaryConfig,
+        base_url: str,
+        registry: CollectorRegistry,
+        model: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        baseline: Baseline | None = None,
+    ) -> None:
         self.cfg = cfg
         self.transport = transport
         self.base_url = base_url
@@ -67,20 +75,26 @@ class CanaryRunner:
         self._http: CompletionClient | None = None
         n_problems, _ = budget(cfg)
         if n_problems < cfg.num_problems:
-            log.warning("canary: max_requests=%d leaves room for %d of %d problems", cfg.max_requests, n_problems,
-                        cfg.num_problems)
+            log.warning(
+                "canary: max_requests=%d leaves room for %d of %d problems",
+                cfg.max_requests,
+                n_problems,
+                cfg.num_problems,
+            )
         self.metrics.configured.set(int(cfg.enabled))
         if cfg.enabled and (cfg.baseline or baseline is not None):
             # A bad baseline is a configuration error: fail at start, not at the first run.
             self.baseline = Baseline.load(Path(cfg.baseline)) if cfg.baseline else baseline
             assert self.baseline is not None
-            self.baseline.check_matches(model if model is not None else self.baseline.model, cfg.seed,
-                                        cfg.num_problems, budget(cfg)[1])
+            self.baseline.check_matches(
+                model if model is not None else self.baseline.model, cfg.seed, cfg.num_problems, budget(cfg)[1]
+            )
             if self.threshold <= 0.0:
                 raise BaselineError(
                     f"baseline score {self.baseline.score:.2f} minus --canary-score-tolerance {cfg.score_tolerance} "
                     "leaves a threshold of 0: the score check could never fail. Record the baseline with a model and "
-                    "problem set it answers (most sums right), or lower the tolerance")
+                    "problem set it answers (most sums right), or lower the tolerance"
+                )
             self.metrics.threshold.set(self.threshold)
 
         elif cfg.enabled:
@@ -103,9 +117,14 @@ class CanaryRunner:
         # One client for the runner's life: a new httpx client per run builds a new SSL context, and those
         # cost ~40 KiB of native memory each that the allocator did not give back (RSS grew ~4 MiB per 100 runs).
         if self._http is None:
-            self._http = CompletionClient(self.base_url, self.cfg.timeout, on_request=self.metrics.requests.inc,
-                                          on_usage=self.metrics.count_usage, transport=self.transport,
-                                          on_abandon=self.metrics.abandoned.inc)
+            self._http = CompletionClient(
+                self.base_url,
+                self.cfg.timeout,
+                on_request=self.metrics.requests.inc,
+                on_usage=self.metrics.count_usage,
+                transport=self.transport,
+                on_abandon=self.metrics.abandoned.inc,
+            )
         return self._http
 
     def close(self) -> None:
@@ -166,10 +185,13 @@ class CanaryRunner:
         # (each bounded by the timeout), so a run never leaves requests behind on the server.
         start = 1 if idle_ok is not None else 0
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency) + n_long) as pool:
-            longs = [pool.submit(client.complete, model, problems.long_prompt(p), self.cfg.max_tokens)
-                     for p in long_todo]
-            futs = {i: pool.submit(client.complete, model, todo[i].prompt, self.cfg.max_tokens)
-                    for i in range(start, len(todo))}
+            longs = [
+                pool.submit(client.complete, model, problems.long_prompt(p), self.cfg.max_tokens) for p in long_todo
+            ]
+            futs = {
+                i: pool.submit(client.complete, model, todo[i].prompt, self.cfg.max_tokens)
+                for i in range(start, len(todo))
+            }
             try:
                 for i, f in futs.items():
                     answers[i] = problems.parse_answer(f.result())
@@ -183,9 +205,17 @@ class CanaryRunner:
         score = problems.score(todo, answers)
         current = [client.prompt_logprobs(model, t) for t in fingerprint.REFERENCE_TEXTS]
         drift = fingerprint.drift(base.fingerprints, current)
-        verdict = judge(score, self.threshold, base.score, drift, self.cfg.fingerprint_tolerance, idle_ok,
-                        answers, base.answers[0] if base.answers else None,
-                        long_mismatches(long_answers, base.long_answers))
+        verdict = judge(
+            score,
+            self.threshold,
+            base.score,
+            drift,
+            self.cfg.fingerprint_tolerance,
+            idle_ok,
+            answers,
+            base.answers[0] if base.answers else None,
+            long_mismatches(long_answers, base.long_answers),
+        )
         return verdict
 
     def _record(self, r: CanaryResult) -> None:
@@ -219,9 +249,17 @@ def long_mismatches(answers: list[int | None], baseline: list[int | None]) -> li
     return [f"long prompt {i} answered {a}, baseline {b}" for i, (a, b) in pairs if a != b]
 
 
-def judge(score: float, threshold: float, baseline_score: float, drift: float, tolerance: float,
-          idle_ok: bool | None, answers: list[int | None], baseline_first: int | None,
-          long_wrong: list[str] | None = None) -> CanaryResult:
+def judge(
+    score: float,
+    threshold: float,
+    baseline_score: float,
+    drift: float,
+    tolerance: float,
+    idle_ok: bool | None,
+    answers: list[int | None],
+    baseline_first: int | None,
+    long_wrong: list[str] | None = None,
+) -> CanaryResult:
     """The verdict of one completed run. `pass` needs every measurement present, finite and inside its bound,
     written as positive conditions: a NaN compares false with everything, so `not drift > tolerance` would pass
     it; `drift <= tolerance` does not."""
@@ -249,13 +287,24 @@ def record_baseline(cfg: CanaryConfig, base_url: str, model: str | None = None, 
         todo = problems.generate(cfg.seed, cfg.num_problems)
         answers = [problems.parse_answer(client.complete(model, p.prompt, cfg.max_tokens)) for p in todo]
         n_long = budget(cfg)[1]
-        long_answers = [problems.parse_answer(client.complete(model, problems.long_prompt(p), cfg.max_tokens))
-                        for p in problems.long_problems(cfg.seed, n_long)]
+        long_answers = [
+            problems.parse_answer(client.complete(model, problems.long_prompt(p), cfg.max_tokens))
+            for p in problems.long_problems(cfg.seed, n_long)
+        ]
         prints = [client.prompt_logprobs(model, t) for t in fingerprint.REFERENCE_TEXTS]
         version = client.server_version()
     finally:
         client.close()
-    return Baseline(model=model, seed=cfg.seed, num_problems=cfg.num_problems, max_tokens=cfg.max_tokens,
-                    answers=answers, score=problems.score(todo, answers), fingerprints=prints,
-                    long_prompts=n_long, long_answers=long_answers,
-                    server_version=version, notes=notes)
+    return Baseline(
+        model=model,
+        seed=cfg.seed,
+        num_problems=cfg.num_problems,
+        max_tokens=cfg.max_tokens,
+        answers=answers,
+        score=problems.score(todo, answers),
+        fingerprints=prints,
+        long_prompts=n_long,
+        long_answers=long_answers,
+        server_version=version,
+        notes=notes,
+    )

@@ -6,6 +6,7 @@ log line to /metrics, the sidecar's CPU at idle and under log load, and its memo
 With real vLLM CPU servers (started here, or given with --vllm-url/--bad-vllm-url; skip with --no-live): the
 canary's share of a steady load at default settings and its latency, the time from a wrong-answer server to the
 canary metric flipping, and memory and CPU over hour-equivalents of log and canary traffic."""
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,13 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 
 def build_parser() -> argparse.ArgumentParser:
     # Only stdlib imports above this point: `make bench BENCH_ARGS=--help` prints this without any setup.
-    ap = argparse.ArgumentParser(prog="make bench", usage='make bench BENCH_ARGS="[options]"', description=__doc__,
-                                 epilog=USAGE_NOTE, formatter_class=_HelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="make bench",
+        usage='make bench BENCH_ARGS="[options]"',
+        description=__doc__,
+        epilog=USAGE_NOTE,
+        formatter_class=_HelpFormatter,
+    )
     ap.add_argument("--lines", type=int, default=2_000_000, help="lines of the generated log for the parse bench")
     ap.add_argument("--load-lines", type=int, default=400_000, help="lines pushed through the running sidecar")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of the parse and latency benches (medians)")
@@ -45,16 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--bad-vllm-url", default="", help="a running perturbed server with the same served name")
     live.add_argument("--window", type=float, default=60.0, help="seconds of steady load for the canary share")
     live.add_argument("--load-runs", type=int, default=3, help="default-settings canary runs within the window")
-    live.add_argument("--concurrency", type=int, default=16,
-                      help="clients of the steady load (16 keeps the CPU server busy)")
+    live.add_argument(
+        "--concurrency", type=int, default=16, help="clients of the steady load (16 keeps the CPU server busy)"
+    )
     live.add_argument("--flip-interval", type=float, default=20.0, help="canary interval while timing the flip")
     live.add_argument("--flip-reps", type=int, default=3, help="good->bad (and back) switches timed")
     live.add_argument("--hours", type=float, default=2.0, help="hour-equivalents of log and canary traffic")
-    live.add_argument("--lines-per-hour", type=int, default=360_000,
-                      help="log lines per hour-equivalent (a busy server: 100 lines/s)")
-    live.add_argument("--hours-interval", type=float, default=1.0,
-                      help="seconds between canary runs in the hour-equivalent run (time compressed; "
-                           "the sidecar allows >= 1)")
+    live.add_argument(
+        "--lines-per-hour", type=int, default=360_000, help="log lines per hour-equivalent (a busy server: 100 lines/s)"
+    )
+    live.add_argument(
+        "--hours-interval",
+        type=float,
+        default=1.0,
+        help="seconds between canary runs in the hour-equivalent run (time compressed; the sidecar allows >= 1)",
+    )
     return ap
 
 
@@ -72,15 +83,24 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: give both --vllm-url and --bad-vllm-url, or neither", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    result: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                "cpu": cpu_model(), "python": platform.python_version()}}
+    result: dict = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "cpu": cpu_model(),
+            "python": platform.python_version(),
+        }
+    }
     with tempfile.TemporaryDirectory(dir=args.out.parent) as tmp:
         work = Path(tmp)
         log = work / "big.log"
         print(f"==> generating a {args.lines:,}-line vLLM log", flush=True)
         size = generate(log, args.lines)
-        print(f"==> parse throughput: sidecar parser (hyperscan, find) vs grep -E, {args.reps} runs each "
-              f"({size / 2**20:.0f} MiB)", flush=True)
+        print(
+            f"==> parse throughput: sidecar parser (hyperscan, find) vs grep -E, {args.reps} runs each "
+            f"({size / 2**20:.0f} MiB)",
+            flush=True,
+        )
         result["parse"] = bench_parse(log, args.reps)
         log.unlink()
         print("==> the running sidecar: detection latency, idle CPU, memory under a long log", flush=True)
@@ -89,10 +109,20 @@ def main(argv: list[str] | None = None) -> int:
             from .canary import bench_live
 
             print("==> the canary against real vLLM CPU servers", flush=True)
-            result["live"] = bench_live(work, args.vllm_url or None, args.bad_vllm_url or None, args.window,
-                                        args.load_runs, args.concurrency, args.flip_interval, args.flip_reps,
-                                        args.hours, args.lines_per_hour, args.hours_interval,
-                                        progress=lambda m: print(m, flush=True))
+            result["live"] = bench_live(
+                work,
+                args.vllm_url or None,
+                args.bad_vllm_url or None,
+                args.window,
+                args.load_runs,
+                args.concurrency,
+                args.flip_interval,
+                args.flip_reps,
+                args.hours,
+                args.lines_per_hour,
+                args.hours_interval,
+                progress=lambda m: print(m, flush=True),
+            )
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     args.out.write_text(json.dumps(result, indent=2))
     print()

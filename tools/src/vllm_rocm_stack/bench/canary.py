@@ -1,6 +1,7 @@
 """The canary against real vLLM CPU servers: its load as a share of a steady client load at default settings,
 its latency, the time from a wrong-answer server to the metric flipping, and the sidecar's memory and CPU over
 hours-equivalent of log and canary traffic."""
+
 from __future__ import annotations
 
 import random
@@ -81,21 +82,33 @@ def bench_load(good_url: str, baseline: Path, window: float, runs: int, concurre
     after = served_counters(good_url)
     req1, tok1 = _canary_totals(reg)
     canary_requests, canary_tokens = req1 - req0, tok1 - tok0
-    served_tokens = (after["prompt_tokens"] - before["prompt_tokens"]
-                     + after["completion_tokens"] - before["completion_tokens"])
+    served_tokens = (
+        after["prompt_tokens"] - before["prompt_tokens"] + after["completion_tokens"] - before["completion_tokens"]
+    )
     served_requests = after["requests"] - before["requests"]
     # Per hour at default settings (one run per DEFAULTS.interval) against what the load got per hour.
     per_hour = 3600 / DEFAULTS.interval
     c_tok_h, c_req_h = canary_tokens / runs * per_hour, canary_requests / runs * per_hour
     load_tok_h = (served_tokens - canary_tokens) * 3600 / wall
     load_req_h = (served_requests - canary_requests) * 3600 / wall
-    return {"window_s": wall, "canary_runs": runs, "outcomes": outcomes, "load_concurrency": concurrency,
-            "load_requests": load.requests, "load_errors": load.errors,
-            "canary_requests_per_run": canary_requests / runs, "canary_tokens_per_run": canary_tokens / runs,
-            "canary_requests_per_hour": c_req_h, "canary_tokens_per_hour": c_tok_h,
-            "served_tokens_per_hour": load_tok_h + c_tok_h, "served_requests_per_hour": load_req_h + c_req_h,
-            "token_share": c_tok_h / (load_tok_h + c_tok_h), "request_share": c_req_h / (load_req_h + c_req_h),
-            "latency_idle_s": idle.duration, "latency_under_load_s_median": statistics.median(durations)}
+    return {
+        "window_s": wall,
+        "canary_runs": runs,
+        "outcomes": outcomes,
+        "load_concurrency": concurrency,
+        "load_requests": load.requests,
+        "load_errors": load.errors,
+        "canary_requests_per_run": canary_requests / runs,
+        "canary_tokens_per_run": canary_tokens / runs,
+        "canary_requests_per_hour": c_req_h,
+        "canary_tokens_per_hour": c_tok_h,
+        "served_tokens_per_hour": load_tok_h + c_tok_h,
+        "served_requests_per_hour": load_req_h + c_req_h,
+        "token_share": c_tok_h / (load_tok_h + c_tok_h),
+        "request_share": c_req_h / (load_req_h + c_req_h),
+        "latency_idle_s": idle.duration,
+        "latency_under_load_s_median": statistics.median(durations),
+    }
 
 
 def bench_flip(servers: Servers, baseline: Path, work: Path, interval: float, reps: int, seed: int = 3) -> dict:
@@ -103,8 +116,19 @@ def bench_flip(servers: Servers, baseline: Path, work: Path, interval: float, re
     interval; time until /metrics says the canary failed (and back, until it passes again)."""
     rng = random.Random(seed)
     proxy = SwitchableProxy(servers.good_url)
-    sc = SidecarProcess(["--vllm-url", proxy.url, "--log-source", "none", "--canary-baseline", str(baseline),
-                         "--canary-interval", str(interval)], work / "sidecar-flip.out")
+    sc = SidecarProcess(
+        [
+            "--vllm-url",
+            proxy.url,
+            "--log-source",
+            "none",
+            "--canary-baseline",
+            str(baseline),
+            "--canary-interval",
+            str(interval),
+        ],
+        work / "sidecar-flip.out",
+    )
     try:
         if not sc.wait_for(lambda: sc.value("vllm_canary_passing") == 1, interval + 180):
             raise RuntimeError(f"the canary never passed on the good server:\n{sc.log_path.read_text()[-2000:]}")
@@ -119,6 +143,7 @@ def bench_flip(servers: Servers, baseline: Path, work: Path, interval: float, re
 
                 def flipped(want: int = want) -> bool:
                     return sc.value("vllm_canary_passing") == want
+
                 ok = sc.wait_for(flipped, 2 * interval + 180)
                 if not ok:
                     raise RuntimeError(f"canary did not flip to {want}:\n{sc.log_path.read_text()[-2000:]}")
@@ -128,13 +153,18 @@ def bench_flip(servers: Servers, baseline: Path, work: Path, interval: float, re
     finally:
         sc.stop()
         proxy.close()
-    return {"interval_s": interval, "reps": reps, "fail_latency_s": fail, "recover_latency_s": recover,
-            "fail_latency_s_median": statistics.median(fail), "fail_latency_intervals_max": max(fail) / interval,
-            "recover_latency_s_median": statistics.median(recover)}
+    return {
+        "interval_s": interval,
+        "reps": reps,
+        "fail_latency_s": fail,
+        "recover_latency_s": recover,
+        "fail_latency_s_median": statistics.median(fail),
+        "fail_latency_intervals_max": max(fail) / interval,
+        "recover_latency_s_median": statistics.median(recover),
+    }
 
 
-def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_per_hour: int,
-                interval: float) -> dict:
+def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_per_hour: int, interval: float) -> dict:
     """`hours` hour-equivalents: per hour, the canary's default number of runs (3600 / default interval,
     here `interval` seconds apart) and `lines_per_hour` log lines. RSS and CPU sampled after each run."""
     runs_per_hour = round(3600 / DEFAULTS.interval)
@@ -144,8 +174,19 @@ def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_p
     generate(src, lines_per_run * total_runs, seed=5)
     data, live = src.read_bytes(), work / "hours.log"
     live.write_bytes(b"")
-    sc = SidecarProcess(["--vllm-url", good_url, "--log-source", f"file:{live}", "--canary-baseline", str(baseline),
-                         "--canary-interval", str(interval)], work / "sidecar-hours.out")
+    sc = SidecarProcess(
+        [
+            "--vllm-url",
+            good_url,
+            "--log-source",
+            f"file:{live}",
+            "--canary-baseline",
+            str(baseline),
+            "--canary-interval",
+            str(interval),
+        ],
+        work / "sidecar-hours.out",
+    )
     rss, cpu, xs = [], [], []
     try:
         cpu0, rss0 = cpu_and_rss(sc.proc.pid)
@@ -155,16 +196,18 @@ def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_p
             # finished (the first chunk holds the startup and the capture lines).
             end = (i + 1) * len(data) // total_runs
             with live.open("ab") as f:
-                f.write(data[i * len(data) // total_runs:end])
+                f.write(data[i * len(data) // total_runs : end])
             want = data.count(b"\n", 0, end)
 
             def read_all(w: int = want) -> bool:
                 return (sc.value("vllm_sidecar_log_lines_total") or 0) >= w
+
             if not sc.wait_for(read_all, 120):
                 raise RuntimeError(f"the sidecar did not read {want} log lines within 120 s")
 
             def ran(i: int = i) -> bool:
                 return sc.total("vllm_canary_runs_total") >= i + 1
+
             if not sc.wait_for(ran, interval + 180):
                 raise RuntimeError(f"canary run {i + 1} never came:\n{sc.log_path.read_text()[-2000:]}")
             c, r = cpu_and_rss(sc.proc.pid)
@@ -176,14 +219,33 @@ def bench_hours(good_url: str, baseline: Path, work: Path, hours: float, lines_p
     finally:
         sc.stop()
     half = len(xs) // 2
-    return {"hour_equivalents": xs[-1], "canary_runs": total_runs, "log_lines": lines_per_run * total_runs,
-            "wall_s": wall, "outcomes": outcomes, "rss_start_mib": rss0 / 2**20, "rss_mib": [round(r, 1) for r in rss],
-            "rss_slope_mib_per_hour": slope(xs[half:], rss[half:]), "cpu_s_per_hour_equivalent": cpu[-1] / xs[-1]}
+    return {
+        "hour_equivalents": xs[-1],
+        "canary_runs": total_runs,
+        "log_lines": lines_per_run * total_runs,
+        "wall_s": wall,
+        "outcomes": outcomes,
+        "rss_start_mib": rss0 / 2**20,
+        "rss_mib": [round(r, 1) for r in rss],
+        "rss_slope_mib_per_hour": slope(xs[half:], rss[half:]),
+        "cpu_s_per_hour_equivalent": cpu[-1] / xs[-1],
+    }
 
 
-def bench_live(work: Path, good_url: str | None, bad_url: str | None, window: float, load_runs: int,
-               concurrency: int, flip_interval: float, flip_reps: int, hours: float, lines_per_hour: int,
-               hours_interval: float, progress: Callable[[str], None] = print) -> dict:
+def bench_live(
+    work: Path,
+    good_url: str | None,
+    bad_url: str | None,
+    window: float,
+    load_runs: int,
+    concurrency: int,
+    flip_interval: float,
+    flip_reps: int,
+    hours: float,
+    lines_per_hour: int,
+    hours_interval: float,
+    progress: Callable[[str], None] = print,
+) -> dict:
     if good_url and bad_url:
         servers = Servers(good_url, bad_url)
     else:

@@ -1,4 +1,5 @@
 """A steady client load on a vLLM server, to measure the canary's share of what the server serves."""
+
 from __future__ import annotations
 
 import threading
@@ -8,12 +9,18 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 # vLLM's own counters (V1 engine, 0.10 to 0.33): what the server served, whoever asked.
-SERVED = {"prompt_tokens": "vllm:prompt_tokens_total", "completion_tokens": "vllm:generation_tokens_total",
-          "requests": "vllm:request_success_total"}
+SERVED = {
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "completion_tokens": "vllm:generation_tokens_total",
+    "requests": "vllm:request_success_total",
+}
 
 PROMPTS = [
-    "Write one sentence about the sea.", "List three colours.", "Explain what a CPU does in a few words.",
-    "Give a short greeting to a new colleague.", "Name a fruit and describe its taste.",
+    "Write one sentence about the sea.",
+    "List three colours.",
+    "Explain what a CPU does in a few words.",
+    "Give a short greeting to a new colleague.",
+    "Name a fruit and describe its taste.",
 ]
 
 
@@ -45,8 +52,13 @@ class SteadyLoad:
         with httpx.Client(base_url=self.base_url, timeout=120) as http:
             n = 0
             while not self._stop.is_set():
-                body = {"model": self.model, "prompt": PROMPTS[(i + n) % len(PROMPTS)], "max_tokens": self.max_tokens,
-                        "temperature": 0.7, "seed": n}
+                body = {
+                    "model": self.model,
+                    "prompt": PROMPTS[(i + n) % len(PROMPTS)],
+                    "max_tokens": self.max_tokens,
+                    "temperature": 0.7,
+                    "seed": n,
+                }
                 try:
                     ok = http.post("/v1/completions", json=body).status_code == 200
                 except httpx.HTTPError:

@@ -1,5 +1,6 @@
 """Log-parsing throughput: `vllm-rocm-health parse` (each prefilter) against `grep -E` of the same anchors, on the
 same generated file, in the same run."""
+
 from __future__ import annotations
 
 import statistics
@@ -31,6 +32,14 @@ def bench_parse(log: Path, reps: int) -> dict:
     med = {k: statistics.median(v) for k, v in runs.items()}
     with log.open("rb") as f:
         lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 22), b""))
-    return {"lines": lines, "bytes": log.stat().st_size, "parser_s": med["hyperscan"], "find_s": med["find"],
-            "grep_s": med["grep"], "ratio": med["hyperscan"] / med["grep"], "find_ratio": med["find"] / med["grep"],
-            "parser_lines_per_s": lines / med["hyperscan"], "runs_s": runs}
+    return {
+        "lines": lines,
+        "bytes": log.stat().st_size,
+        "parser_s": med["hyperscan"],
+        "find_s": med["find"],
+        "grep_s": med["grep"],
+        "ratio": med["hyperscan"] / med["grep"],
+        "find_ratio": med["find"] / med["grep"],
+        "parser_lines_per_s": lines / med["hyperscan"],
+        "runs_s": runs,
+    }

@@ -1,4 +1,5 @@
 """CPU seconds and resident memory of a process, from /proc (Linux)."""
+
 from __future__ import annotations
 
 import os

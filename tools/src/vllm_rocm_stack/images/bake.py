@@ -52,7 +52,7 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m:
-            raise BakeError(f"line {line}: unexpected {text[pos:pos + 20]!r}")
+            raise BakeError(f"line {line}: unexpected {text[pos : pos + 20]!r}")
         kind = m.lastgroup or ""
         if kind not in ("ws", "comment"):
             out.append((kind, m.group(), line))
@@ -132,8 +132,9 @@ class BakeFile:
             members = self.groups.get(name, [name])
             for member in members:
                 if member not in self.targets:
-                    raise BakeError(f"no target or group {member!r} in the bake file; "
-                                    f"targets: {', '.join(sorted(self.targets))}")
+                    raise BakeError(
+                        f"no target or group {member!r} in the bake file; targets: {', '.join(sorted(self.targets))}"
+                    )
                 out.setdefault(member, self.targets[member])
         return list(out.values())
 
@@ -142,8 +143,9 @@ def load(path: Path = BAKE_FILE, env: Mapping[str, str] | None = None) -> BakeFi
     """Parse the bake file; variables take their defaults, overridden by `env` (default: os.environ)."""
     env = os.environ if env is None else env
     blocks = _Parser(path.read_text(encoding="utf-8")).blocks()
-    variables = {label: str(env.get(label, body.get("default", ""))) for kind, label, body in blocks
-                 if kind == "variable"}
+    variables = {
+        label: str(env.get(label, body.get("default", ""))) for kind, label, body in blocks if kind == "variable"
+    }
 
     def value(v: object, where: str) -> Any:  # a str, or a list/dict of them, as the HCL says: checked by the caller
         if isinstance(v, _Ref):
@@ -159,8 +161,9 @@ def load(path: Path = BAKE_FILE, env: Mapping[str, str] | None = None) -> BakeFi
         raise BakeError(f"{where}: unsupported value {v!r}")
 
     raw = {label: body for kind, label, body in blocks if kind == "target"}
-    groups = {label: value(body.get("targets", []), f"group {label}") for kind, label, body in blocks
-              if kind == "group"}
+    groups = {
+        label: value(body.get("targets", []), f"group {label}") for kind, label, body in blocks if kind == "group"
+    }
     unknown = {kind for kind, _label, _body in blocks} - {"variable", "target", "group"}
     if unknown:
         raise BakeError(f"{path}: unsupported block types {sorted(unknown)}")
@@ -189,6 +192,11 @@ def load(path: Path = BAKE_FILE, env: Mapping[str, str] | None = None) -> BakeFi
         body = merged(name)
         if "dockerfile" not in body:
             raise BakeError(f"target {name} names no dockerfile")
-        targets[name] = Target(name=name, dockerfile=body["dockerfile"], context=body.get("context", "."),
-                               args={k: str(v) for k, v in body["args"].items()}, tags=list(body.get("tags", [])))
+        targets[name] = Target(
+            name=name,
+            dockerfile=body["dockerfile"],
+            context=body.get("context", "."),
+            args={k: str(v) for k, v in body["args"].items()},
+            tags=list(body.get("tags", [])),
+        )
     return BakeFile(variables=variables, targets=targets, groups=groups)

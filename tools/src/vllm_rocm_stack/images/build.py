@@ -94,8 +94,7 @@ def cached_steps(log_text: str) -> set[str]:
 
 def git_revision() -> str:
     try:
-        proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=30)
+        proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
     except OSError:
         return ""
     return proc.stdout.strip() if proc.returncode == 0 else ""
@@ -133,8 +132,10 @@ class Builder:
             return self.standins.python()
         if target.dockerfile == "docker/vllm-rocm/Dockerfile":
             return self.standins.vllm(target.args["VLLM_RELEASE"])
-        raise BuildahError(f"{target.name}: no stand-in base for {target.dockerfile} (a source build needs a ROCm "
-                           f"toolchain image; build it with --bases pinned where the registry is reachable)")
+        raise BuildahError(
+            f"{target.name}: no stand-in base for {target.dockerfile} (a source build needs a ROCm "
+            f"toolchain image; build it with --bases pinned where the registry is reachable)"
+        )
 
     def build_args(self, target: bake.Target, base: ImageRef | None) -> dict[str, str]:
         args = dict(target.args)
@@ -143,8 +144,9 @@ class Builder:
             args[image_arg], args[digest_arg] = base.name, base.digest
         return args
 
-    def build(self, target: bake.Target, context: Path = REPO, log_name: str | None = None,
-              tags: list[str] | None = None) -> Built:
+    def build(
+        self, target: bake.Target, context: Path = REPO, log_name: str | None = None, tags: list[str] | None = None
+    ) -> Built:
         t0 = time.monotonic()
         base = self.base_for(target)
         args = self.build_args(target, base)
@@ -153,22 +155,40 @@ class Builder:
         suffix = STANDIN_SUFFIX if base is not None else ""
         tags = tags if tags is not None else [t + suffix for t in target.tags]
         image_arg, digest_arg = base_args(dockerfile)
-        image_id = self.b.bud(dockerfile, context / target.context, tags, args, log_name or target.name,
-                              ignorefile=ignore if ignore.is_file() else None, volumes=ca_volumes(),
-                              pull=base is None)
-        return Built(target=target.name, dockerfile=target.dockerfile, image=qualified(tags[0]) if tags else image_id,
-                     tags=[qualified(t) for t in tags], image_id=image_id, build_args=args,
-                     base={"name": args.get(image_arg, ""), "digest": args.get(digest_arg, "")},
-                     standin=base is not None, seconds=round(time.monotonic() - t0, 1),
-                     log=str(self.b.logs / f"{log_name or target.name}.log"))
+        image_id = self.b.bud(
+            dockerfile,
+            context / target.context,
+            tags,
+            args,
+            log_name or target.name,
+            ignorefile=ignore if ignore.is_file() else None,
+            volumes=ca_volumes(),
+            pull=base is None,
+        )
+        return Built(
+            target=target.name,
+            dockerfile=target.dockerfile,
+            image=qualified(tags[0]) if tags else image_id,
+            tags=[qualified(t) for t in tags],
+            image_id=image_id,
+            build_args=args,
+            base={"name": args.get(image_arg, ""), "digest": args.get(digest_arg, "")},
+            standin=base is not None,
+            seconds=round(time.monotonic() - t0, 1),
+            log=str(self.b.logs / f"{log_name or target.name}.log"),
+        )
 
     def build_all(self, names: list[str]) -> Manifest:
         t0, started = time.monotonic(), time.time()
         with store_lock():
             size = self.b.disk_bytes()
             if size > MAX_STORE_BYTES:
-                log.warning("image storage %s holds %.1f GiB (> %.1f GiB): emptying it; the layer cache starts cold",
-                            self.b.root, size / 2**30, MAX_STORE_BYTES / 2**30)
+                log.warning(
+                    "image storage %s holds %.1f GiB (> %.1f GiB): emptying it; the layer cache starts cold",
+                    self.b.root,
+                    size / 2**30,
+                    MAX_STORE_BYTES / 2**30,
+                )
                 self.b.wipe()
             self.b("rm", "--all", check=False)  # working containers an interrupted run left behind
             manifest = Manifest(driver=self.b.driver, store=str(self.b.root))
@@ -191,8 +211,13 @@ class Builder:
         used: set[str] = set()
         for path in logs:
             used |= cached_steps(path.read_text(encoding="utf-8", errors="replace"))
-        stale = [img["id"] for img in self.b.images() if not img.get("names") and img.get("created", 0) < since - 1
-                 and not any(u.startswith(img["id"]) for u in used)]
+        stale = [
+            img["id"]
+            for img in self.b.images()
+            if not img.get("names")
+            and img.get("created", 0) < since - 1
+            and not any(u.startswith(img["id"]) for u in used)
+        ]
         if stale:
             log.info("removing %d image(s) that no current build uses", len(stale))
             self.b("rmi", *stale, check=False)

@@ -62,8 +62,12 @@ def _overlay_works(scratch: Path) -> bool:
         d.mkdir(parents=True, exist_ok=True)
     opts = f"lowerdir={dirs['lower']},upperdir={dirs['upper']},workdir={dirs['work']}"
     try:
-        ok = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(dirs["merged"])],
-                            capture_output=True, timeout=30).returncode == 0
+        ok = (
+            subprocess.run(
+                ["mount", "-t", "overlay", "overlay", "-o", opts, str(dirs["merged"])], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
         if ok:
             subprocess.run(["umount", str(dirs["merged"])], capture_output=True, timeout=30, check=True)
         return ok
@@ -110,23 +114,43 @@ class Buildah:
         self.registries.write_text('unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n')
 
     def argv(self, *args: str) -> list[str]:
-        return ["buildah", "--root", str(self.root / "storage"), "--runroot", str(self.root / "run"),
-                "--storage-driver", self.driver, *args]
+        return [
+            "buildah",
+            "--root",
+            str(self.root / "storage"),
+            "--runroot",
+            str(self.root / "run"),
+            "--storage-driver",
+            self.driver,
+            *args,
+        ]
 
     @property
     def env(self) -> dict[str, str]:
         # Large temporary files (layer diffs, commits) stay under .work/ too. A short name in a FROM line
         # (rocm/vllm) means docker.io, as for Docker, unless the caller configured registries otherwise.
-        return {"CONTAINERS_REGISTRIES_CONF": str(self.registries), **os.environ, "TMPDIR": str(self.tmp),
-                "BUILDAH_ISOLATION": "chroot"}
+        return {
+            "CONTAINERS_REGISTRIES_CONF": str(self.registries),
+            **os.environ,
+            "TMPDIR": str(self.tmp),
+            "BUILDAH_ISOLATION": "chroot",
+        }
 
-    def __call__(self, *args: str, timeout: float = 600, check: bool = True,
-                 stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
-                              env=self.env, input=stdin.decode() if stdin is not None else None)
+    def __call__(
+        self, *args: str, timeout: float = 600, check: bool = True, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            self.argv(*args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+            input=stdin.decode() if stdin is not None else None,
+        )
         if check and proc.returncode != 0:
-            raise BuildahError(f"buildah {' '.join(args[:3])} ... failed ({proc.returncode}):\n"
-                               f"{tail(proc.stdout + proc.stderr)}")
+            raise BuildahError(
+                f"buildah {' '.join(args[:3])} ... failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
+            )
         return proc
 
     # --- images ---------------------------------------------------------------------------------------------
@@ -173,14 +197,33 @@ class Buildah:
         self("rmi", "--all", "--force", check=False)
 
     # --- builds ---------------------------------------------------------------------------------------------
-    def bud(self, dockerfile: Path, context: Path, tags: Sequence[str], build_args: Mapping[str, str],
-            log_name: str, ignorefile: Path | None = None, volumes: Sequence[str] = (), pull: bool = False,
-            timeout: float = 1800) -> str:
+    def bud(
+        self,
+        dockerfile: Path,
+        context: Path,
+        tags: Sequence[str],
+        build_args: Mapping[str, str],
+        log_name: str,
+        ignorefile: Path | None = None,
+        volumes: Sequence[str] = (),
+        pull: bool = False,
+        timeout: float = 1800,
+    ) -> str:
         """Build with the layer cache (--layers) in Docker format (SHELL and HEALTHCHECK are Docker-format
         only). Returns the image ID; raises BuildFailed with the failing step and the log tail."""
         log_path = self.logs / f"{log_name}.log"
-        argv = ["bud", "--isolation", "chroot", "--layers", "--format", "docker", "--force-rm",
-                "--pull" if pull else "--pull-never", "-f", str(dockerfile)]
+        argv = [
+            "bud",
+            "--isolation",
+            "chroot",
+            "--layers",
+            "--format",
+            "docker",
+            "--force-rm",
+            "--pull" if pull else "--pull-never",
+            "-f",
+            str(dockerfile),
+        ]
         if ignorefile is not None:
             argv += ["--ignorefile", str(ignorefile)]
         for k, v in build_args.items():
@@ -197,8 +240,9 @@ class Buildah:
             out.write("$ " + " ".join(self.argv(*argv)) + "\n")
             out.flush()
             try:
-                rc = subprocess.run(self.argv(*argv), stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                    timeout=timeout).returncode
+                rc = subprocess.run(
+                    self.argv(*argv), stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=timeout
+                ).returncode
             except subprocess.TimeoutExpired:
                 rc = -1
                 out.write(f"\nbuild stopped: no result within {timeout:.0f} s\n")
@@ -211,8 +255,13 @@ class Buildah:
                 step = started[-1].group(1) if started else ""
                 reason = errors[-1].group(1) if errors else ""
             where = f'at step "{step[:160]}"' if step else "before any step"
-            raise BuildFailed(f"buildah bud -f {dockerfile} failed {where} (exit {rc}); log {log_path}; "
-                              f"last lines:\n{tail(text)}", step, reason, log_path, tail(text))
+            raise BuildFailed(
+                f"buildah bud -f {dockerfile} failed {where} (exit {rc}); log {log_path}; last lines:\n{tail(text)}",
+                step,
+                reason,
+                log_path,
+                tail(text),
+            )
         return iidfile.read_text().strip().removeprefix("sha256:")
 
     @contextmanager
@@ -235,8 +284,9 @@ class Buildah:
             finally:
                 self("umount", ctr, check=False)
 
-    def run_argv(self, container: str, command: Sequence[str], env: Mapping[str, str] | None = None,
-                 volumes: Sequence[str] = ()) -> list[str]:
+    def run_argv(
+        self, container: str, command: Sequence[str], env: Mapping[str, str] | None = None, volumes: Sequence[str] = ()
+    ) -> list[str]:
         """argv of `buildah run` (chroot isolation, the host's network) for a process the caller manages."""
         argv = ["run", "--isolation", "chroot"]
         for k, v in (env or {}).items():

@@ -29,21 +29,32 @@ those images are tagged <tag>-standin. A failed build names the Dockerfile step 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_rocm_stack.images", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_rocm_stack.images",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build bake targets")
     b.add_argument("targets", nargs="*", help=f"bake targets or groups (default: {' '.join(default_targets())})")
-    b.add_argument("--bases", choices=("pinned", "stand-in"), default="pinned",
-                   help="pinned: the Dockerfiles' digest-pinned bases (default); stand-in: local stand-ins")
+    b.add_argument(
+        "--bases",
+        choices=("pinned", "stand-in"),
+        default="pinned",
+        help="pinned: the Dockerfiles' digest-pinned bases (default); stand-in: local stand-ins",
+    )
     b.add_argument("--manifest", type=Path, help="write what was built (JSON) to this file")
     sub.add_parser("list", help="images in the storage")
-    sub.add_parser("clean", help="remove every container (podman's included), named volume, network and image of the "
-                                 "storage")
+    sub.add_parser(
+        "clean", help="remove every container (podman's included), named volume, network and image of the storage"
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s images: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s images: %(message)s",
+        datefmt="%H:%M:%S",
+    )
     log = logging.getLogger("vllm_rocm_stack.images")
     try:
         if args.command == "build":
@@ -53,9 +64,14 @@ def main(argv: list[str] | None = None) -> int:
                 manifest.write(args.manifest)
             for img in manifest.images:
                 print(f"{img.image}  {img.image_id[:12]}  {img.seconds:6.1f} s  base {img.base['name']}")
-            log.info("done in %.1f s (stand-in bases: %s); storage %s (%s) holds %.2f GiB", manifest.seconds,
-                     manifest.standin_seconds or "cached", manifest.store, manifest.driver,
-                     manifest.store_bytes / 2**30)
+            log.info(
+                "done in %.1f s (stand-in bases: %s); storage %s (%s) holds %.2f GiB",
+                manifest.seconds,
+                manifest.standin_seconds or "cached",
+                manifest.store,
+                manifest.driver,
+                manifest.store_bytes / 2**30,
+            )
         elif args.command == "list":
             buildah = Buildah()
             for stored in buildah.images():
@@ -73,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     except BuildFailed as exc:
         log.error("%s", exc)
         if args.command == "build" and args.bases == "pinned" and exc.step.startswith("FROM "):
-            log.error("the pinned base could not be had; where no image registry is reachable, "
-                      "`make images IMAGE_BASES=stand-in` builds the same Dockerfiles on local stand-in bases")
+            log.error(
+                "the pinned base could not be had; where no image registry is reachable, "
+                "`make images IMAGE_BASES=stand-in` builds the same Dockerfiles on local stand-in bases"
+            )
         return 1
     except BuildahError as exc:
         log.error("%s", exc)

