@@ -8,6 +8,7 @@ import pytest
 from vllm_rocm_health import config as cfgmod
 from vllm_rocm_health.readiness import REASONS, Inputs, decide
 from vllm_rocm_health.state import EngineState
+from vllm_rocm_qualify.qualification import FORMAT, KIND, validate
 
 
 def _engine(**kw) -> EngineState:
@@ -95,6 +96,33 @@ def test_runtime_authority_rules() -> None:
     assert decide(_ready_inputs(engine=down)).ready
     v = decide(_ready_inputs(engine=down, failed_modes=frozenset({"PIECEWISE"})))
     assert (v.ready, v.code) == (False, "mode_failed_qualification")
+    # a qualification report belongs to the release it measured: another one, or one not known yet, is refused
+    rep = validate(
+        {
+            "kind": KIND,
+            "format": FORMAT,
+            "vllm_version": "0.26.0",
+            "served_model_name": "m",
+            "rows": [{"mode": "FULL_AND_PIECEWISE", "verdict": "pass"}],
+        }
+    )
+    assert decide(
+        _ready_inputs(
+            engine=_engine(
+                capture_finished=True,
+                config_mode="FULL_AND_PIECEWISE",
+                effective="FULL_AND_PIECEWISE",
+                version="0.26.0",
+            ),
+            qualification=rep,
+        )
+    ).ready
+    for version, words in (("0.26.1", "measured on vLLM 0.26.0, vLLM 0.26.1 runs"), ("", "not known yet")):
+        e = _engine(
+            capture_finished=True, config_mode="FULL_AND_PIECEWISE", effective="FULL_AND_PIECEWISE", version=version
+        )
+        v = decide(_ready_inputs(engine=e, qualification=rep))
+        assert (v.ready, v.code) == (False, "release_not_qualified") and words in v.message
     v = decide(_ready_inputs(blocking_issues=("aiter-fa-full-cudagraph-always: FULL is wrong",)))
     assert (v.ready, v.code) == (False, "known_issue") and "aiter-fa-full-cudagraph-always" in v.message
     v = decide(_ready_inputs(known_issues_error="version '0.1.2x' is not a PEP 440 version"))

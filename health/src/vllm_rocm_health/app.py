@@ -42,6 +42,7 @@ class Sidecar:
         unknown = self.judge.unknown_ids(self.allow)
         if unknown:
             raise RuntimeError(f"--allow-known-issues: {', '.join(unknown)} not in the known-issues data")
+        self.qualification: qualification.Report | None = None
         report_baseline, self.failed_modes = self._qualification()
         self.registry = make_registry(self.status, self.judge)
         self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None, baseline=report_baseline)
@@ -69,6 +70,7 @@ class Sidecar:
             report.check_served_model(self.cfg.model)
         except qualification.QualificationError as e:
             raise RuntimeError(f"--qualification: {e}") from e
+        self.qualification = report
         failed = frozenset(r["mode"] for r in report.rows if r["verdict"] != "pass")
         base = None
         if self.cfg.canary.enabled and not self.cfg.canary.baseline:
@@ -235,6 +237,7 @@ class Sidecar:
                     canary_pass_instance=self.canary_pass_instance,
                     expected_mode=self.cfg.expected_mode,
                     failed_modes=self.failed_modes,
+                    qualification=self.qualification,
                     known_issues_error=ki_error,
                     blocking_issues=tuple(blocking),
                 )

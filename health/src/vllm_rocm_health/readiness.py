@@ -1,7 +1,8 @@
 """When the sidecar lets traffic in. Ready only when everything that must be known is known and right: every
 worker loop alive and making progress; the engine that runs is the one the deployment asked for (its cudagraph
-mode, no unmitigated verified known issue, no mode the qualification failed), up with its graphs captured (or
-running without graphs); vLLM answering /health; and a recent canary pass measured on this very engine instance.
+mode, no unmitigated verified known issue, no mode the qualification failed, the release it measured), up with
+its graphs captured (or running without graphs); vLLM answering /health; and a recent canary pass measured on this
+very engine instance.
 Pure function of one snapshot, so every rule is testable; the first rule that is not met is the reason."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vllm_rocm_known_issues.evaluator import MODES
+from vllm_rocm_qualify.qualification import QualificationError, Report
 
 from .state import EngineState
 from .workers import WorkerStatus
@@ -22,6 +24,7 @@ REASONS = (
     "mode_unknown",
     "mode_mismatch",
     "mode_failed_qualification",
+    "release_not_qualified",
     "log_source_down",
     "capture_pending",
     "health_unknown",
@@ -54,6 +57,7 @@ class Inputs:
     canary_pass_instance: int | None = None  # the instance the last canary pass was measured on
     expected_mode: str = ""  # "" = the deployment did not say
     failed_modes: frozenset[str] = frozenset()  # modes the qualification report failed
+    qualification: Report | None = None  # the deployment's qualification report, when it has one
     known_issues_error: str = ""  # the known issues could not be judged for this engine
     blocking_issues: tuple[str, ...] = ()  # "id: title" of each verified, active, unmitigated, not allowed row
 
@@ -146,4 +150,9 @@ def _authority(i: Inputs) -> Verdict | None:
             f"vLLM runs cudagraph_mode {e.effective} (asked for "
             f"{e.requested}), which the qualification report failed on this node",
         )
+    if i.qualification is not None:
+        try:
+            i.qualification.check_release(e.version)
+        except QualificationError as exc:
+            return Verdict(False, "release_not_qualified", str(exc))
     return None

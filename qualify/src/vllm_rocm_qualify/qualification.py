@@ -83,6 +83,20 @@ class Report:
             )
         return mode
 
+    def check_release(self, vllm_version: str) -> None:
+        """A result belongs to the release it measured: the vLLM that runs (as its own log prints it, the same line
+        qualify read) must be the report's. An unknown running version is refused too (never assumed equal)."""
+        if not vllm_version:
+            raise QualificationError(
+                f"the running vLLM's version is not known yet (its version line was not read); the report "
+                f"qualified vLLM {self.vllm_version}"
+            )
+        if vllm_version != self.vllm_version:
+            raise QualificationError(
+                f"the report was measured on vLLM {self.vllm_version}, vLLM {vllm_version} runs; qualify the image "
+                "you deploy"
+            )
+
     def check_served_model(self, served_model_name: str) -> None:
         if served_model_name and self.served_model_name != served_model_name:
             raise QualificationError(
