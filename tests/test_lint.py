@@ -77,3 +77,16 @@ def test_imports_point_one_way() -> None:
     health = REPO / "health" / "src"
     used = {m for p in health.rglob("*.py") for m in re.findall(r"vllm_rocm_qualify(?:\.\w+)?", p.read_text())}
     assert used <= {"vllm_rocm_qualify", "vllm_rocm_qualify.qualification", "vllm_rocm_qualify.qualification_cli"}
+
+
+def test_one_minimum_python() -> None:
+    """[project].requires-python is the statement; ruff reads it, and mypy and the tooling package must agree."""
+    import tomllib
+
+    root = tomllib.loads((REPO / "pyproject.toml").read_text())
+    tools = tomllib.loads((REPO / "tools" / "pyproject.toml").read_text())
+    minimum = re.fullmatch(r">=(3\.\d+)", root["project"]["requires-python"])
+    assert minimum, root["project"]["requires-python"]
+    assert root["tool"]["mypy"]["python_version"] == minimum.group(1)
+    assert "target-version" not in root["tool"]["ruff"]
+    assert tools["project"]["requires-python"] == root["project"]["requires-python"]
