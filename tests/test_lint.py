@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.imports import absolute_imports
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -55,23 +57,14 @@ ROOTS = {
 
 
 def test_imports_point_one_way() -> None:
-    import ast
-
     first_party = set(MAY_IMPORT) | {"vllm_rocm_stack"}
     wrong = []
     for package, room in ROOTS.items():
         for path in sorted((REPO / room / "src" / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names = [node.module or ""]
-                else:
-                    continue
-                for name in names:
-                    top = name.split(".")[0]
-                    if top in first_party and top != package and top not in MAY_IMPORT[package]:
-                        wrong.append(f"{path.relative_to(REPO)} imports {name}")
+            for name in absolute_imports(path):
+                top = name.split(".")[0]
+                if top in first_party and top != package and top not in MAY_IMPORT[package]:
+                    wrong.append(f"{path.relative_to(REPO)} imports {name}")
     assert not wrong, "\n".join(wrong)
     # The sidecar reads only the report format of qualify, not the runner and its servers.
     health = REPO / "health" / "src"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.imports import absolute_imports
 from tests.support.venvs import make_venv
 from tests.support.vllm_releases import AITER_FA, PATCH_TOOL_PYTHONPATH, REPO_ROOT, tree_snapshot
 
@@ -204,8 +205,6 @@ def test_runs_on_python_3_9_stdlib_only(release_copy) -> None:
 
 def test_package_imports_only_the_standard_library() -> None:
     """No third-party import may sneak in: the tool runs in bare base images."""
-    import ast
-
     stdlib = set(sys.stdlib_module_names) if hasattr(sys, "stdlib_module_names") else set()
     assert stdlib, "needs Python >= 3.10 to know the stdlib module names"
     first_party = {"vllm_rocm_known_issues"}  # stdlib-only too: scanned here as well
@@ -213,13 +212,6 @@ def test_package_imports_only_the_standard_library() -> None:
         *(SRC / "vllm_rocm_patches").glob("*.py"),
         *(REPO_ROOT / "known-issues" / "src" / "vllm_rocm_known_issues").glob("*.py"),
     ]:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module or ""]
-            else:
-                continue
-            for name in names:
-                assert name.split(".")[0] in stdlib | first_party, f"{path.name} imports {name}"
+        for name in absolute_imports(path):
+            assert name.split(".")[0] in stdlib | first_party, f"{path.name} imports {name}"
     assert sysconfig.get_path("purelib")  # the same API the --python probe relies on
