@@ -86,3 +86,29 @@ def test_patches_status_needs_a_target_and_runs_without_the_venv(tmp_path: Path)
     res = make("patches-status", f"TARGET={tmp_path}", work=tmp_path / "work")
     assert res.returncode != 0 and "no vllm/ package" in res.stderr  # the tool itself answered
     assert not (tmp_path / "work").exists()
+
+
+def test_work_reaches_every_tool_as_one_absolute_path(tmp_path: Path) -> None:
+    """`make ... WORK=DIR` moves every generated file: the Makefile exports it as VLLM_ROCM_WORK (absolute, so a tool
+    that changes directory still finds it), the venv's bin leads PATH, and the Python tools and shell setup read it."""
+    show = 'show-work: ; @echo "$$VLLM_ROCM_WORK $${PATH%%:*}"'
+    res = subprocess.run(
+        ["make", "--no-print-directory", "--eval", show, "show-work", "WORK=rel/w"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(REPO / "rel" / "w"), str(REPO / "rel" / "w" / "venv" / "bin")]
+    env = {**os.environ, "VLLM_ROCM_WORK": str(tmp_path)}
+    res = subprocess.run(
+        [sys.executable, "-c", "from vllm_rocm_stack.config import WORK; print(WORK)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.stdout.strip() == str(tmp_path)
+    for script in ("tools/bootstrap.sh", "tools/setup-vllm-cpu.sh"):
+        assert "WORK=${VLLM_ROCM_WORK:-" in (REPO / script).read_text(), script
