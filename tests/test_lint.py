@@ -35,7 +35,7 @@ def test_mypy() -> None:
 
 
 def test_shellcheck_tool_scripts() -> None:
-    scripts = sorted(str(p.relative_to(REPO)) for p in (REPO / "tools").glob("*.sh")) + [".ci/run"]
+    scripts = sorted(str(p.relative_to(REPO)) for p in (REPO / "tools").rglob("*.sh")) + [".ci/run"]
     res = subprocess.run([str(BIN / "shellcheck"), "-x", *scripts], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 

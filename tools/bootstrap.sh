@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything `make test` needs, inside .work/ (git-ignored), and nothing outside it except the Debian packages
-# (`prometheus`: promtool + server; `prometheus-alertmanager`: amtool + server; buildah, debootstrap, podman).
+# (`prometheus`: promtool + server; `prometheus-alertmanager`: amtool + server; buildah, debootstrap, podman; etcd) and
+# the Go caches of the Kubernetes build (tools/kube/build.sh: outside the clone, so a new clone does not rebuild).
 # Safe to re-run: each step checks what is already there and only does the missing work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,10 +61,12 @@ fi
 
 # 3. Debian packages, each at its pinned version (apt checks signatures): promtool + the Prometheus server; amtool +
 #    the Alertmanager server; buildah, debootstrap and podman for the image builds; runc, netavark and aardvark-dns
-#    for podman to run them (the container tests). One `apt-get update`, only when something is missing.
+#    for podman to run them (the container tests); etcd-server for the cluster tests' API server (tests/kube).
+#    One `apt-get update`, only when something is missing.
 debs=("prometheus=$PROMETHEUS_DEB_VERSION" "prometheus-alertmanager=$ALERTMANAGER_DEB_VERSION"
   "buildah=$BUILDAH_DEB_VERSION" "debootstrap=$DEBOOTSTRAP_DEB_VERSION" "podman=$PODMAN_DEB_VERSION"
-  "runc=$RUNC_DEB_VERSION" "netavark=$NETAVARK_DEB_VERSION" "aardvark-dns=$AARDVARK_DNS_DEB_VERSION")
+  "runc=$RUNC_DEB_VERSION" "netavark=$NETAVARK_DEB_VERSION" "aardvark-dns=$AARDVARK_DNS_DEB_VERSION"
+  "etcd-server=$ETCD_DEB_VERSION")
 missing=()
 for pin in "${debs[@]}"; do
   have=$(dpkg-query -W -f='${Status} ${Version}' "${pin%%=*}" 2>/dev/null || true)
@@ -74,11 +77,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # The prometheus packages may start a service on hosts with an init system; the tests start their own.
+  # The prometheus and etcd packages may start a service on hosts with an init system; the tests start their own.
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
   $SUDO systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
+  $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
 else
   say "Debian packages are installed: ${debs[*]}"
 fi
-for t in promtool prometheus amtool prometheus-alertmanager buildah debootstrap podman; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
+for t in promtool prometheus amtool prometheus-alertmanager buildah debootstrap podman etcd; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
+
+# 4. kube-apiserver and kube-controller-manager from the pinned Kubernetes source, and the CRDs the chart uses
+#    (the cluster tests, tests/kube). Go caches outside the clone; a warm run rebuilds nothing.
+bash tools/kube/build.sh
 say "toolchain ready"

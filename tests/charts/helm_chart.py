@@ -83,12 +83,44 @@ def with_reference(values: dict[str, Any] | None) -> dict[str, Any]:
     return {"canary.baseline": baseline_for(served, seed, num, budget(cfg)[1]), **values}
 
 
+# Every render of the real chart that helm accepted in this test process: manifest text -> the first test that
+# rendered it. tests/kube applies each one to a real API server (server-side dry run), so "every value set the chart
+# tests render" is what they rendered, not a second list to keep in step. VLLM_ROCM_RENDER_LOG (a directory) also
+# writes each one there, for a test process that did not run the chart tests itself (tests/kube/renders.py).
+RENDERED: dict[str, str] = {}
+RENDER_LOG = "VLLM_ROCM_RENDER_LOG"
+
+
+def record(args: list[str] | tuple[str, ...], stdout: str) -> None:
+    """Keep a successful `helm template` / `helm install --dry-run` of the real chart (not a probe copy, not one
+    template picked out with --show-only): its manifests and hooks, as the cluster would receive them."""
+    if len(args) < 3 or args[0] not in ("template", "install") or args[2] != str(CHART) or "--show-only" in args:
+        return
+    if args[0] == "install":  # NAME/STATUS/..., HOOKS:, MANIFEST:, NOTES: -> the hooks and the manifest
+        if "HOOKS:" not in stdout and "MANIFEST:" not in stdout:
+            return
+        body = stdout.split("NOTES:", 1)[0]
+        start = min(i for i in (body.find("HOOKS:"), body.find("MANIFEST:")) if i >= 0)
+        stdout = "\n".join(line for line in body[start:].splitlines() if line not in ("HOOKS:", "MANIFEST:"))
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
+    if stdout not in RENDERED:
+        RENDERED[stdout] = test
+        log = os.environ.get(RENDER_LOG)
+        if log:
+            import hashlib
+
+            name = hashlib.sha256(stdout.encode()).hexdigest()[:16]
+            (Path(log) / f"{name}.json").write_text(json.dumps({"test": test, "manifest": stdout}))
+
+
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if not Path(HELM).exists():
         pytest.fail(f"helm not found at {HELM} (run `make setup`)")
     proc = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60)
     if check and proc.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}")
+    if proc.returncode == 0:
+        record(args, proc.stdout)
     return proc
 
 

@@ -24,6 +24,7 @@ from helm_chart import (  # noqa: E402
     arg_value,
     baseline_for,
     container,
+    helm,
     kinds,
     notes,
     pod_spec,
@@ -79,12 +80,7 @@ def test_a_baseline_reaches_the_sidecar(tmp_path: Path) -> None:
     path = tmp_path / "baseline.json"
     path.write_text(text)
     # --set-file, as documented.
-    proc = subprocess.run(
-        [HELM, "template", "rel", str(CHART), "-n", "llm", *CAPS, "--set-file", f"canary.baseline={path}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = helm("template", "rel", str(CHART), "-n", "llm", *CAPS, "--set-file", f"canary.baseline={path}", check=False)
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     cm = next(d for d in kinds(docs)["ConfigMap"] if d["metadata"]["name"].endswith("-canary"))

@@ -294,6 +294,30 @@ def test_canary_existing_configmap() -> None:
     )
 
 
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # the API server's rule, <= 63
+
+
+@pytest.mark.parametrize(
+    "release,label",
+    [
+        ("0.10.2", "0.10.2"),
+        ("0.10.2+rocm700", "0.10.2_rocm700"),
+        ("0.10.2.dev383+g1234abc.rocm700", "0.10.2.dev383_g1234abc.rocm700"),
+        ("0.11.0+" + "g" * 70, "0.11.0_" + "g" * 56),
+        ("0.11.0+" + "g" * 55 + ".x", "0.11.0_" + "g" * 55),
+    ],
+)
+def test_version_label_is_a_label_value(release: str, label: str) -> None:
+    """vllm.release is a PEP 440 version; ROCm builds' local versions carry a "+" that the API server refuses in a
+    label (found by tests/kube: a real API server refused every object of such a render)."""
+    docs = render({"vllm.release": release, "compilation.cudagraphMode": "PIECEWISE"})
+    labelled = [d for d in docs if "app.kubernetes.io/version" in d["metadata"]["labels"]]
+    assert len(labelled) >= len(docs) - 2  # all but the helm test hook's pod and its NetworkPolicy
+    for doc in labelled:
+        value = doc["metadata"]["labels"]["app.kubernetes.io/version"]
+        assert value == label and len(value) <= 63 and LABEL_VALUE.match(value), (doc["kind"], value)
+
+
 def test_image_digest_wins() -> None:
     spec = pod_spec(render({"image.tag": "v1", "image.digest": "sha256:" + "b" * 64}))
     assert container(spec, "vllm")["image"] == "ghcr.io/example/vllm-rocm@sha256:" + "b" * 64

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,14 +18,11 @@ import pytest
 import yaml
 from vllm_rocm_health.canary.baseline import Baseline
 from vllm_rocm_qualify.qualification import load
-from vllm_rocm_stack.config import WORK
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import baseline_for, with_reference  # noqa: E402
+from helm_chart import CHART, baseline_for, helm, with_reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "vllm-rocm"
-HELM = os.environ.get("HELM", str(WORK / "bin" / "helm"))
 REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"
 # What the report was measured with: the chart refuses it for another model or release.
 # The H200 report's baseline is format 1: no long-prompt answers, so the canary must send none to match it.
@@ -39,16 +35,14 @@ MATCH = {
 
 
 def helm_template(values: dict[str, Any], report: Path | None) -> subprocess.CompletedProcess[str]:
-    if not Path(HELM).exists():
-        pytest.fail(f"helm not found at {HELM} (run `make setup`)")
-    args = [HELM, "template", "rel", str(CHART), "-n", "llm"]
+    args = ["template", "rel", str(CHART), "-n", "llm"]
     if report is None:  # no report: another accuracy reference (the chart refuses to render without one)
         values = with_reference(values)
     for key, val in values.items():
         args += ["--set-json", f"{key}={json.dumps(val)}"]
     if report is not None:
         args += ["--set-file", f"qualification={report}"]
-    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+    return helm(*args, check=False)  # helm_chart.helm: an accepted render is recorded (tests/kube applies it)
 
 
 def render(values: dict[str, Any] | None = None, report: Path | None = REPORT) -> list[dict[str, Any]]:

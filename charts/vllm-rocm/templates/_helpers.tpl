@@ -27,10 +27,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: test
 {{- end -}}
 
+{{/* vllm.release as a label value (<= 63 of [-A-Za-z0-9_.], alphanumeric at both ends): ROCm builds carry local
+versions ("0.10.2+rocm700", "0.10.2.dev383+g..."), whose "+" the API server refuses in a label. */}}
+{{- define "vllm-rocm.versionLabel" -}}
+{{- $v := regexReplaceAll "[^-A-Za-z0-9_.]" (toString .Values.vllm.release) "_" | trunc 63 -}}
+{{- regexReplaceAll "^[^A-Za-z0-9]+|[^A-Za-z0-9]+$" $v "" -}}
+{{- end -}}
+
 {{- define "vllm-rocm.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "vllm-rocm.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.vllm.release | quote }}
+app.kubernetes.io/version: {{ include "vllm-rocm.versionLabel" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: vllm-rocm
 {{- with .Values.commonLabels }}

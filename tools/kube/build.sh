@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control plane the cluster tests run (tests/kube) from the released source of one pinned
+# Kubernetes release, and fetches the CRDs the chart uses from their released Go modules.
+#
+#   binaries: kube-apiserver and kube-controller-manager from k8s.io/kubernetes (tools/kube/go.mod pins it; its
+#             staging modules are replaced by their published v0.x versions), through the Go module proxy, checked
+#             by go.sum and the Go checksum database  ->  $WORK/kube/bin
+#   CRDs:     prometheus-operator, LeaderWorkerSet, KEDA: `go mod download` of the pinned module versions, whose h1:
+#             sums tools/versions.env pins  ->  $WORK/kube/crds
+#
+# The Go caches live outside the clone (${XDG_CACHE_HOME:-~/.cache}/vllm-rocm/go, or VLLM_ROCM_GO_CACHE), so a new
+# clone or `make clean` does not rebuild from nothing. A warm run does nothing: the binaries carry a stamp of what
+# built them (go.mod, go.sum, this script, the Go version) and are rebuilt only when it changes.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=tools/versions.env
+. tools/versions.env
+
+WORK=${VLLM_ROCM_WORK:-${WORK:-.work}}
+OUT=$WORK/kube
+BIN=$OUT/bin
+CRDS=$OUT/crds
+GO_CACHE=${VLLM_ROCM_GO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-rocm/go}
+BINARIES=(kube-apiserver kube-controller-manager)
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'kube build: error: %s\n' "$*" >&2; exit 1; }
+
+command -v go >/dev/null || die "go is not on PATH: the cluster tests build Kubernetes $KUBE_BUILD_VERSION from source and need Go >= 1.26 (https://go.dev/dl/)"
+go_version=$(go env GOVERSION)
+case $go_version in
+  go1.2[6-9]*|go1.[3-9][0-9]*) ;;
+  *) die "Go $go_version is too old: Kubernetes $KUBE_BUILD_VERSION needs Go >= 1.26 (tools/kube/go.mod)" ;;
+esac
+grep -qx "require k8s.io/kubernetes v$KUBE_BUILD_VERSION" tools/kube/go.mod \
+  || die "tools/kube/go.mod does not require k8s.io/kubernetes v$KUBE_BUILD_VERSION (KUBE_BUILD_VERSION in tools/versions.env)"
+
+mkdir -p "$BIN" "$CRDS" "$GO_CACHE"
+export GOMODCACHE=$GO_CACHE/mod GOCACHE=$GO_CACHE/build
+# -modcacherw: a module cache `rm -rf` can remove; -mod=readonly: go.mod/go.sum are the pins, never rewritten.
+export GOFLAGS="-buildvcs=false -modcacherw -mod=readonly" GOTOOLCHAIN=local CGO_ENABLED=0
+export GOPROXY=${GOPROXY:-https://proxy.golang.org} GOSUMDB=${GOSUMDB:-sum.golang.org}
+
+# 1. The binaries.
+stamp=$(cat tools/kube/go.mod tools/kube/go.sum tools/kube/build.sh <(echo "$go_version") | sha256sum | cut -d' ' -f1)
+fresh=1
+for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || fresh=0; done
+if [ $fresh = 1 ] && [ "$(cat "$BIN/.stamp" 2>/dev/null)" = "$stamp" ]; then
+  say "Kubernetes $KUBE_BUILD_VERSION control plane is built ($BIN)"
+else
+  rm -f "$BIN/.stamp"
+  pkg=k8s.io/component-base/version
+  ldflags="-s -w -X $pkg.gitVersion=v$KUBE_BUILD_VERSION -X $pkg.gitMajor=${KUBE_BUILD_VERSION%%.*}"
+  minor=${KUBE_BUILD_VERSION#*.}
+  ldflags+=" -X $pkg.gitMinor=${minor%%.*} -X $pkg.gitTreeState=clean"
+  say "Kubernetes $KUBE_BUILD_VERSION from source: ${BINARIES[*]} (Go caches in $GO_CACHE)"
+  say "  a first build takes ~7 min on 2 cores and ~1 GB of module downloads; later runs reuse the caches"
+  (cd tools/kube && go mod download) || die "go mod download failed (needs the Go module proxy $GOPROXY)"
+  for b in "${BINARIES[@]}"; do
+    start=$SECONDS
+    say "  go build $b"
+    (cd tools/kube && nice -n 10 go build -trimpath -ldflags="$ldflags" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b") \
+      || die "go build of $b failed (output above)"
+    mv "$BIN/$b.tmp" "$BIN/$b"
+    say "  $b built in $((SECONDS - start)) s"
+  done
+  "$BIN/kube-apiserver" --version | grep -qx "Kubernetes v$KUBE_BUILD_VERSION" \
+    || die "$BIN/kube-apiserver --version says '$("$BIN/kube-apiserver" --version)', expected v$KUBE_BUILD_VERSION"
+  echo "$stamp" > "$BIN/.stamp"
+fi
+
+# 2. The CRDs, from the released modules (go mod download verifies them against the checksum database; the h1: sum
+#    pinned in versions.env fixes the exact content).
+fetch_crds() {  # module version h1-sum dest-subdir file...
+  local module=$1 version=$2 sum=$3 sub=$4; shift 4
+  local dest=$CRDS/$sub
+  if [ "$(cat "$dest/.sum" 2>/dev/null)" = "$sum" ]; then return 0; fi
+  say "CRDs from $module@$version"
+  local json dir got
+  json=$(cd "$OUT" && go mod download -json "$module@$version") || die "go mod download $module@$version failed: $json"
+  dir=$(printf '%s' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  got=$(printf '%s' "$json" | sed -n 's/^[[:space:]]*"Sum": "\(.*\)",$/\1/p')
+  [ "$got" = "$sum" ] || die "$module@$version has sum '$got', tools/versions.env pins '$sum'"
+  rm -rf "$dest"; mkdir -p "$dest"
+  for f in "$@"; do
+    [ -f "$dir/$f" ] || die "$module@$version has no $f"
+    cp "$dir/$f" "$dest/"
+  done
+  chmod -R u+w "$dest"
+  echo "$sum" > "$dest/.sum"
+}
+po=example/prometheus-operator-crd/monitoring.coreos.com
+fetch_crds github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
+  "$PROMETHEUS_OPERATOR_SUM" prometheus-operator \
+  "${po}_servicemonitors.yaml" "${po}_podmonitors.yaml" "${po}_prometheusrules.yaml" "${po}_alertmanagerconfigs.yaml"
+fetch_crds sigs.k8s.io/lws "$LWS_VERSION" "$LWS_SUM" lws config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml
+fetch_crds github.com/kedacore/keda/v2 "$KEDA_VERSION" "$KEDA_SUM" keda config/crd/bases/keda.sh_scaledobjects.yaml
+say "Kubernetes $KUBE_BUILD_VERSION control plane and CRDs ready ($OUT)"
