@@ -17,6 +17,8 @@ cd "$(dirname "$0")/../.."
 . tools/versions.env
 
 WORK=${VLLM_ROCM_WORK:-${WORK:-.work}}
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd) # absolute: the builds run in tools/kube
 OUT=$WORK/kube
 BIN=$OUT/bin
 CRDS=$OUT/crds
