@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes control plane the cluster tests run (tests/kube) from the released source of one pinned
-# Kubernetes release, and fetches the CRDs the chart uses from their released Go modules.
+# Builds the single-node Kubernetes cluster the cluster tests run (tests/kube) from the released source of one
+# pinned Kubernetes release, and fetches the CRDs the chart uses from their released Go modules.
 #
-#   binaries: kube-apiserver and kube-controller-manager from k8s.io/kubernetes (tools/kube/go.mod pins it; its
-#             staging modules are replaced by their published v0.x versions), through the Go module proxy, checked
-#             by go.sum and the Go checksum database  ->  $WORK/kube/bin
+#   binaries: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl from
+#             k8s.io/kubernetes (tools/kube/go.mod pins it; its staging modules are replaced by their published v0.x
+#             versions), through the Go module proxy, checked by go.sum and the Go checksum database  ->  $WORK/kube/bin
+#   pause:    the pod sandbox's process, compiled (static, gcc) from the same release's build/pause/linux/pause.c;
+#             there is no registry to pull registry.k8s.io/pause from  ->  $WORK/kube/bin/pause
 #   CRDs:     prometheus-operator, LeaderWorkerSet, KEDA: `go mod download` of the pinned module versions, whose h1:
 #             sums tools/versions.env pins  ->  $WORK/kube/crds
 #
@@ -23,7 +25,7 @@ OUT=$WORK/kube
 BIN=$OUT/bin
 CRDS=$OUT/crds
 GO_CACHE=${VLLM_ROCM_GO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-rocm/go}
-BINARIES=(kube-apiserver kube-controller-manager)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'kube build: error: %s\n' "$*" >&2; exit 1; }
@@ -46,9 +48,9 @@ export GOPROXY=${GOPROXY:-https://proxy.golang.org} GOSUMDB=${GOSUMDB:-sum.golan
 # 1. The binaries.
 stamp=$(cat tools/kube/go.mod tools/kube/go.sum tools/kube/build.sh <(echo "$go_version") | sha256sum | cut -d' ' -f1)
 fresh=1
-for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || fresh=0; done
+for b in "${BINARIES[@]}" pause; do [ -x "$BIN/$b" ] || fresh=0; done
 if [ $fresh = 1 ] && [ "$(cat "$BIN/.stamp" 2>/dev/null)" = "$stamp" ]; then
-  say "Kubernetes $KUBE_BUILD_VERSION control plane is built ($BIN)"
+  say "Kubernetes $KUBE_BUILD_VERSION is built ($BIN)"
 else
   rm -f "$BIN/.stamp"
   pkg=k8s.io/component-base/version
@@ -56,7 +58,7 @@ else
   minor=${KUBE_BUILD_VERSION#*.}
   ldflags+=" -X $pkg.gitMinor=${minor%%.*} -X $pkg.gitTreeState=clean"
   say "Kubernetes $KUBE_BUILD_VERSION from source: ${BINARIES[*]} (Go caches in $GO_CACHE)"
-  say "  a first build takes ~7 min on 2 cores and ~1 GB of module downloads; later runs reuse the caches"
+  say "  a first build takes ~12 min on 2 cores and ~1 GB of module downloads; later runs reuse the caches"
   (cd tools/kube && go mod download) || die "go mod download failed (needs the Go module proxy $GOPROXY)"
   for b in "${BINARIES[@]}"; do
     start=$SECONDS
@@ -66,6 +68,12 @@ else
     mv "$BIN/$b.tmp" "$BIN/$b"
     say "  $b built in $((SECONDS - start)) s"
   done
+  command -v gcc >/dev/null || die "gcc is not on PATH: the pod sandbox's pause binary is compiled from the release's pause.c"
+  pause_c=$(cd tools/kube && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
+  [ -f "$pause_c" ] || die "$pause_c is missing from the k8s.io/kubernetes module"
+  gcc -Os -static -Wall -Werror -DVERSION="v$KUBE_BUILD_VERSION-vllm-rocm" -o "$BIN/pause.tmp" "$pause_c" \
+    || die "gcc of $pause_c failed (a static build needs libc6-dev)"
+  mv "$BIN/pause.tmp" "$BIN/pause"
   "$BIN/kube-apiserver" --version | grep -qx "Kubernetes v$KUBE_BUILD_VERSION" \
     || die "$BIN/kube-apiserver --version says '$("$BIN/kube-apiserver" --version)', expected v$KUBE_BUILD_VERSION"
   echo "$stamp" > "$BIN/.stamp"
@@ -97,4 +105,4 @@ fetch_crds github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERA
   "${po}_servicemonitors.yaml" "${po}_podmonitors.yaml" "${po}_prometheusrules.yaml" "${po}_alertmanagerconfigs.yaml"
 fetch_crds sigs.k8s.io/lws "$LWS_VERSION" "$LWS_SUM" lws config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml
 fetch_crds github.com/kedacore/keda/v2 "$KEDA_VERSION" "$KEDA_SUM" keda config/crd/bases/keda.sh_scaledobjects.yaml
-say "Kubernetes $KUBE_BUILD_VERSION control plane and CRDs ready ($OUT)"
+say "Kubernetes $KUBE_BUILD_VERSION binaries and CRDs ready ($OUT)"
