@@ -18,6 +18,7 @@ from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.proxy import SwitchableProxy
 
 from tests.support.canary import CFG, CanaryTiming
+from tests.support.images import build_images
 from tests.support.vllm_server import VLLM_PYTHON, VllmServer, free_port
 
 MODELS = WORK / "models"
@@ -102,3 +103,10 @@ def canary_timing(vllm_server: VllmServer, baseline_file: Path) -> CanaryTiming:
         runner.close()
     timeout = max(5.0, 4 * slowest)
     return CanaryTiming(run=slowest, timeout=timeout, interval=max(3.0, 3 * slowest))
+
+
+@pytest.fixture(scope="session")
+def built_images(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The project's images, built once per session (tests/support/images.py): the container tests run them under
+    podman, the cluster tests under a kubelet."""
+    return build_images(tmp_path_factory.mktemp("images"))

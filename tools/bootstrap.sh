@@ -61,12 +61,14 @@ fi
 
 # 3. Debian packages, each at its pinned version (apt checks signatures): promtool + the Prometheus server; amtool +
 #    the Alertmanager server; buildah, debootstrap and podman for the image builds; runc, netavark and aardvark-dns
-#    for podman to run them (the container tests); etcd-server for the cluster tests' API server (tests/kube).
+#    for podman to run them (the container tests); etcd-server, containerd and the CNI plugins for the cluster tests
+#    (tests/kube: the API server's store, the node's container runtime and pod network).
 #    One `apt-get update`, only when something is missing.
 debs=("prometheus=$PROMETHEUS_DEB_VERSION" "prometheus-alertmanager=$ALERTMANAGER_DEB_VERSION"
   "buildah=$BUILDAH_DEB_VERSION" "debootstrap=$DEBOOTSTRAP_DEB_VERSION" "podman=$PODMAN_DEB_VERSION"
   "runc=$RUNC_DEB_VERSION" "netavark=$NETAVARK_DEB_VERSION" "aardvark-dns=$AARDVARK_DNS_DEB_VERSION"
-  "etcd-server=$ETCD_DEB_VERSION")
+  "etcd-server=$ETCD_DEB_VERSION" "containerd=$CONTAINERD_DEB_VERSION"
+  "containernetworking-plugins=$CNI_PLUGINS_DEB_VERSION")
 missing=()
 for pin in "${debs[@]}"; do
   have=$(dpkg-query -W -f='${Status} ${Version}' "${pin%%=*}" 2>/dev/null || true)
@@ -81,10 +83,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
   $SUDO systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
   $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
+  $SUDO systemctl disable --now containerd >/dev/null 2>&1 || true
 else
   say "Debian packages are installed: ${debs[*]}"
 fi
-for t in promtool prometheus amtool prometheus-alertmanager buildah debootstrap podman etcd; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
+for t in promtool prometheus amtool prometheus-alertmanager buildah debootstrap podman etcd containerd ctr; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
 
 # 4. kube-apiserver and kube-controller-manager from the pinned Kubernetes source, and the CRDs the chart uses
 #    (the cluster tests, tests/kube). Go caches outside the clone; a warm run rebuilds nothing.

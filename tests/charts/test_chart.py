@@ -261,6 +261,8 @@ def test_probes_and_sidecar_contract() -> None:
     mount = next(m for m in side["volumeMounts"] if m["name"] == "kube-api-access")
     assert mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
     assert side["ports"][0] == {"name": "health", "containerPort": 9400, "protocol": "TCP"}
+    # What runs is `command` + `args`: the image's ENTRYPOINT (`vllm-rocm-health serve`) is replaced, not prefixed.
+    assert side["command"] == ["vllm-rocm-health"]
     assert side["args"][:7] == [
         "serve",
         "--log-source",

@@ -33,8 +33,8 @@ from vllm_rocm_stack.images.podman import Podman
 from vllm_rocm_stack.images.standin import StandIns
 from vllm_rocm_stack.prometheus import rules_with_for
 
-from tests.docker.conftest import CPU_TARGET
 from tests.support.http import get
+from tests.support.images import CPU_TARGET
 from tests.support.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]

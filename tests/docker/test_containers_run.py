@@ -24,8 +24,8 @@ import pytest
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.images.podman import Podman
 
-from tests.docker.conftest import CPU_TARGET
 from tests.support.http import get
+from tests.support.images import CPU_TARGET
 from tests.support.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,8 +30,9 @@ from vllm_rocm_stack.images import bake
 from vllm_rocm_stack.images.build import Builder, base_args, store_lock
 from vllm_rocm_stack.images.buildah import Buildah, BuildFailed
 
-from tests.docker.conftest import BUILD_TIMEOUT, CPU_TARGET, REPO
+from tests.docker.conftest import REPO
 from tests.docker.test_dockerfiles import Parsed, parse, resolve, stage_values
+from tests.support.images import BUILD_TIMEOUT, CPU_TARGET
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)  # the first test to ask for the images waits for the build
 

@@ -1,11 +1,14 @@
-"""The cluster tests' fixtures: one real control plane per test session (etcd + kube-apiserver built from the pinned
-Kubernetes release, tests/support/kube.py), with the CRDs the chart uses installed from their released modules.
+"""The cluster tests' fixtures, each started once per test session: a control plane without a node for the dry runs
+(etcd + kube-apiserver built from the pinned Kubernetes release, tests/support/kube.py), with the CRDs the chart uses
+installed from their released modules; and a single-node cluster that runs the chart (tests/support/kube_node.py).
 
 A missing binary, etcd or CRD set fails these tests with the command that provides it (`make setup`); it never skips
-them: `make test` installs all of it."""
+them: `make test` installs all of it. The node tests are skipped, saying why, only on a machine that refuses a node
+(not root, no cgroup controllers)."""
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import sys
 import tempfile
@@ -21,7 +24,8 @@ for path in (REPO, REPO / "tests" / "charts"):  # `tests.support` and the chart 
 
 from vllm_rocm_stack.config import WORK  # noqa: E402
 
-from tests.support import kube  # noqa: E402
+from tests.support import kube, kube_node  # noqa: E402
+from tests.support.images import CPU_TARGET  # noqa: E402
 
 CHART_TESTS = REPO / "tests" / "charts"
 KUBE_TESTS = Path(__file__).resolve().parent
@@ -71,3 +75,41 @@ def control_plane() -> Iterator[kube.ControlPlane]:
 def crds(control_plane: kube.ControlPlane) -> list[str]:
     """The CRDs of the objects the chart renders (and its docs' AlertmanagerConfig), as their projects release them."""
     return control_plane.install_crds(kube.crd_files())
+
+
+@pytest.fixture(scope="session")
+def node_cluster(built_images: dict) -> Iterator[kube_node.NodeCluster]:
+    """A single-node cluster (tests/support/kube_node.py) with the session's vLLM CPU image and sidecar image in its
+    containerd, started once per session in a network namespace of its own; everything it made is removed afterwards,
+    also when a test or the start fails (the state directory is kept and named when the start failed)."""
+    why = kube_node.refusal()
+    if why:
+        pytest.skip(f"this machine cannot run a Kubernetes node: {why}")
+    lacking = kube_node.missing()
+    if lacking:
+        pytest.fail("the node tests need what this checkout has not set up:\n  " + "\n  ".join(lacking))
+    (WORK / "tmp").mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="node-", dir=WORK / "tmp"))
+    cluster = kube_node.NodeCluster(root)
+    atexit.register(cluster.stop)  # an interrupted session (KeyboardInterrupt in a fixture) still cleans up
+    images = {
+        built_images["by_target"][target]["image"]: "podman:" + built_images["by_target"][target]["image"]
+        for target in (CPU_TARGET, "vllm-rocm-health")
+    }
+    try:
+        cluster.start(images=images)
+    except BaseException as e:
+        cluster.stop()
+        pytest.fail(f"the single-node cluster did not start (state kept in {root}): {e}")
+    print(
+        f"\nsingle-node cluster (Kubernetes v{kube.BUILD_VERSION}) ready in {cluster.started_in:.1f} s, "
+        f"seconds per step: {cluster.timings}"
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        atexit.unregister(cluster.stop)
+    left = cluster.leftovers()
+    assert not left, f"the cluster's teardown left these on the machine (state in {root}): {left}"
+    shutil.rmtree(root, ignore_errors=True)

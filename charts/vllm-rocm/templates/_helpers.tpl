@@ -328,6 +328,9 @@ so these volumes are all it can write to. */}}
 - name: health
   image: {{ include "vllm-rocm.sidecarImage" . | quote }}
   imagePullPolicy: {{ .Values.sidecar.image.pullPolicy }}
+  # The command, not only the arguments: the image's ENTRYPOINT already says `serve`, and args alone would be
+  # appended to it (`serve serve ...`, refused by the parser; found by the first real kubelet run, tests/kube).
+  command: ["vllm-rocm-health"]
   args:
     {{- include "vllm-rocm.sidecarArgs" . | fromJsonArray | toYaml | nindent 4 }}
   env:

@@ -7,6 +7,8 @@ import logging
 import os
 from typing import Any
 
+from .errors import one_line
+
 log = logging.getLogger(__name__)
 
 
@@ -32,7 +34,7 @@ class EventPoster:
             config.load_incluster_config()
             return cls(client.CoreV1Api(), ns, pod, os.environ.get("POD_UID", ""))
         except Exception as e:  # no service account token, RBAC missing, ...
-            log.warning("Kubernetes events disabled: %s", e)
+            log.warning("Kubernetes events disabled: %s", one_line(e))
             return cls(None)
 
     def post(self, reason: str, message: str, warning: bool) -> None:
@@ -58,4 +60,4 @@ class EventPoster:
         try:
             self.api.create_namespaced_event(self.namespace, body)
         except Exception as e:
-            log.warning("could not post event %s: %s", reason, e)
+            log.warning("could not post event %s: %s", reason, one_line(e))

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from .errors import one_line
+
 log = logging.getLogger(__name__)
 
 OnUp = Callable[[bool, str], None]  # (connected, why not)
@@ -163,7 +165,7 @@ def retrying(
                 yield line
             log.info("log stream ended; reconnecting")
         except Exception as e:  # the source is outside our control: never let it kill the sidecar
-            why = f"log source failed: {e}"
+            why = f"log source failed: {one_line(e)}"
             log.warning("%s; retrying in %.0f s", why, delay)
         on_up(False, why)
         if beat:

@@ -1,0 +1,538 @@
+"""The chart's promise on a real node: `helm install` of the chart with the vLLM CPU image and the sidecar image (by
+digest, as the README tells users) into the single-node cluster (tests/support/kube_node.py), then what users rely on:
+
+- the pod is Ready, and so in the Service's endpoints, only once the sidecar's canary passed (pod readiness is the
+  sidecar's /readyz); `helm test` passes;
+- the sidecar reads vLLM's log through the API server with exactly the chart's RBAC: each of its rules is needed and
+  a missing one fails visibly;
+- a killed vLLM container leaves the endpoints until the canary passes on the new engine;
+- `helm upgrade` to a wrong server (the perturbed model, standing in for a wrong cudagraph mode) never becomes Ready:
+  the rollout stalls with the old pod serving, requests through the Service get zero wrong answers, `kubectl rollout
+  status` says so, the PodDisruptionBudget refuses to evict the last right pod, and `helm rollback` restores it.
+
+The node has no GPU: it advertises `amd.com/gpu` as an extended resource (what the AMD device plugin does) because the
+chart always requests one; the CPU build of vLLM serves without it. The tests run in order, on one release."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from vllm_rocm_health.canary.problems import generate
+from vllm_rocm_stack.config import WORK
+
+from tests.support.canary import CFG, CanaryTiming
+from tests.support.images import CPU_TARGET
+from tests.support.kube_node import NODE, NodeCluster
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "vllm-rocm"
+HELM = WORK / "bin" / "helm"
+NS = "serve"
+RELEASE = "llm"
+FULLNAME = f"{RELEASE}-vllm-rocm"
+SERVED = "smollm2-135m-instruct"
+GOOD = f"/models/{SERVED}"
+BAD = f"/models/{SERVED}-perturbed"
+# A vLLM start in a pod took ~1-3 min on the busy 2-core machine (the same as under podman); this bounds one that
+# will not come.
+START_TIMEOUT = 900
+# Greedy completions this long tell the perturbed model from the right one (it often still gets a short sum right).
+MAX_TOKENS = 16
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.timeout(3600)]
+
+
+def helm(
+    cluster: NodeCluster, *args: str, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return cluster.run(str(HELM), *args, timeout=timeout, check=check, env=cluster.client_env)
+
+
+class Pods:
+    """What the tests read of the release's server pods, in the cluster's network namespace."""
+
+    def __init__(self, cluster: NodeCluster) -> None:
+        self.c = cluster
+
+    def list(self) -> list[dict[str, Any]]:
+        items = self.c.get(
+            "pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=server"
+        )
+        return [p for p in items["items"] if not p["metadata"].get("deletionTimestamp")]
+
+    @staticmethod
+    def ready(pod: dict[str, Any]) -> bool:
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+    def endpoints(self) -> dict[str, bool]:
+        """pod name -> ready, from the Service's EndpointSlices (what kube-proxy routes to)."""
+        slices = self.c.get("endpointslices", "-n", NS, "-l", f"kubernetes.io/service-name={FULLNAME}")["items"]
+        return {
+            e["targetRef"]["name"]: bool(e.get("conditions", {}).get("ready"))
+            for s in slices
+            for e in s.get("endpoints") or []
+        }
+
+    def metrics(self, pod: dict[str, Any]) -> dict[str, float]:
+        ip = pod["status"].get("podIP")
+        if not ip:
+            return {}
+        r = self.c.run("curl", "-sf", "--max-time", "5", f"http://{ip}:9400/metrics", check=False)
+        out: dict[str, float] = {}
+        for line in r.stdout.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                try:
+                    out[name] = float(value)
+                except ValueError:
+                    pass
+        return out
+
+    def readyz(self, pod: dict[str, Any]) -> str:
+        ip = pod["status"].get("podIP")
+        return self.c.run("curl", "-s", "--max-time", "5", f"http://{ip}:9400/readyz", check=False).stdout
+
+
+def canary_passes(metrics: dict[str, float]) -> float:
+    return metrics.get('vllm_canary_runs_total{outcome="pass"}', 0.0)
+
+
+def service_ip(cluster: NodeCluster) -> str:
+    return cluster.get("service", "-n", NS, FULLNAME)["spec"]["clusterIP"]
+
+
+def complete(cluster: NodeCluster, base: str, prompt: str) -> str:
+    body = json.dumps({"model": SERVED, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
+    r = cluster.run(
+        "curl", "-sf", "--max-time", "120", "-H", "Content-Type: application/json", "-d", body,
+        f"{base}/v1/completions", check=False, timeout=150,
+    )  # fmt: skip
+    if r.returncode != 0:
+        raise AssertionError(f"completion at {base} failed ({r.returncode}): {r.stderr}")
+    return json.loads(r.stdout)["choices"][0]["text"]
+
+
+# The client that sends requests through the Service during the rollout: it runs inside the cluster's network
+# namespace (the Service IP exists only there) and writes one JSON line per request.
+CLIENT = r"""
+import json, os, sys, time, urllib.request
+url, model, out, stop, problems = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5])
+max_tokens = int(sys.argv[6])
+i = 0
+with open(out, "a") as f:
+    while not os.path.exists(stop):
+        prompt, answer = problems[i % len(problems)]
+        i += 1
+        body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+        t = time.time()
+        try:
+            req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+            text = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["text"]
+            f.write(json.dumps({"t": t, "prompt": prompt, "want": answer, "text": text}) + "\n")
+        except Exception as e:
+            f.write(json.dumps({"t": t, "prompt": prompt, "error": repr(e)}) + "\n")
+        f.flush()
+        time.sleep(1.0)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(node_cluster: NodeCluster) -> NodeCluster:
+    node_cluster.kubectl("create", "namespace", NS)
+    # The extended resource the AMD device plugin would advertise; the chart requests amd.com/gpu per pod, and a
+    # rolling update runs two pods at once.
+    node_cluster.kubectl(
+        "patch", "node", NODE, "--subresource=status", "--type=json",
+        "-p", json.dumps([{"op": "add", "path": "/status/capacity/amd.com~1gpu", "value": "2"}]),
+    )  # fmt: skip
+    # The models, as the operator's pre-provisioned volume: both directories of WORK/models, read-only.
+    node_cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": "models"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(WORK / "models"), "type": "Directory"},
+                    "claimRef": {"namespace": NS, "name": "models"},
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "models", "namespace": NS},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "volumeName": "models",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        ],  # fmt: skip
+        NS,
+    )
+    return node_cluster
+
+
+def values(cluster: NodeCluster, built_images: dict, baseline: Path, timing: CanaryTiming) -> dict[str, Any]:
+    """The chart's values for a CPU node: every override is about the hardware (no GPU, 2 cores), the offline model or
+    the test's pace; the accuracy gate, probes' targets, RBAC and rollout strategy are the chart's own."""
+
+    def image(target: str) -> dict[str, str]:
+        ref = built_images["by_target"][target]["image"]
+        repo = ref.rsplit(":", 1)[0]
+        return {"repository": repo, "digest": cluster.image_digest(ref), "pullPolicy": "Never"}
+
+    return {
+        "model": {"name": GOOD, "servedName": SERVED},
+        "image": image(CPU_TARGET),
+        "vllm": {"release": CPU_TARGET.removeprefix("vllm-rocm-").replace("_", ".")},
+        "enforceEager": True,
+        "maxModelLen": 2048,
+        "extraArgs": ["--dtype", "bfloat16", "--seed", "0"],
+        "extraEnv": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"memory": "6Gi"}},
+        "shm": {"sizeLimit": "1Gi"},
+        "amdNodeAffinity": {"enabled": False},
+        "modelCache": {"existingClaim": "models"},
+        "compileCache": {"enabled": False},
+        "probes": {"readiness": {"periodSeconds": 2, "failureThreshold": 2, "timeoutSeconds": 2}},
+        "sidecar": {
+            "image": image("vllm-rocm-health"),
+            # Two vLLM servers share the 2 cores during the upgrade: the sidecar's default request timeout (60 s),
+            # and runs no closer than the measured run allows.
+            "canaryInterval": max(10, int(2 * timing.interval + 0.999)),
+            "canaryNumProblems": CFG["num_problems"],
+        },
+        "canary": {"baseline": baseline.read_text()},
+    }
+
+
+@pytest.fixture(scope="module")
+def release(
+    cluster: NodeCluster,
+    built_images: dict,
+    baseline_file: Path,
+    canary_timing: CanaryTiming,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    """`helm install`, then watch every half second until the pod is Ready: the timeline of endpoint readiness and
+    canary passes is what the first test judges."""
+    tmp = tmp_path_factory.mktemp("release")
+    vals = values(cluster, built_images, baseline_file, canary_timing)
+    (tmp / "values.yaml").write_text(yaml.safe_dump(vals))
+    helm(cluster, "install", RELEASE, str(CHART), "-n", NS, "-f", str(tmp / "values.yaml"))
+    pods = Pods(cluster)
+    timeline: list[dict[str, Any]] = []
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        current = pods.list()
+        eps = pods.endpoints()  # endpoints first, metrics after: a ready endpoint must already show a pass
+        sample = {"t": time.monotonic(), "endpoints": eps, "pods": {}}
+        for p in current:
+            statuses = {s["name"]: s for s in p["status"].get("containerStatuses", [])}
+            sample["pods"][p["metadata"]["name"]] = {
+                "ready": Pods.ready(p),
+                "vllm_started": bool(statuses.get("vllm", {}).get("started")),
+                "passes": canary_passes(pods.metrics(p)),
+            }
+        timeline.append(sample)
+        if any(eps.values()):
+            break
+        time.sleep(0.5)
+    else:
+        pod = (pods.list() or [{}])[0]
+        logs = cluster.kubectl(
+            "logs", "-n", NS, pod.get("metadata", {}).get("name", "none"), "--all-containers", "--tail=40", check=False
+        )
+        pytest.fail(f"not Ready within {START_TIMEOUT} s; last sample {timeline[-1:]}\n{logs.stdout}{logs.stderr}")
+    yield {"timeline": timeline, "values": vals, "tmp": tmp}
+    helm(cluster, "uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
+
+
+def test_pod_joins_the_service_only_after_its_canary_passed(cluster: NodeCluster, release: dict[str, Any]) -> None:
+    timeline = release["timeline"]
+    pods = Pods(cluster)
+    [pod] = pods.list()
+    name = pod["metadata"]["name"]
+    # The pod's readiness is the sidecar's /readyz, and nothing else: the vLLM container has no readiness probe.
+    spec = {c["name"]: c for c in pod["spec"]["containers"]}
+    assert "readinessProbe" not in spec["vllm"]
+    assert spec["health"]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert [c["image"] for c in pod["spec"]["containers"]] == [
+        f"{release['values']['image']['repository']}@{release['values']['image']['digest']}",
+        f"{release['values']['sidecar']['image']['repository']}@{release['values']['sidecar']['image']['digest']}",
+    ]
+    # vLLM answered /health (its startup probe passed) while the pod was still out of the Service: the canary gate.
+    waiting = [s for s in timeline if s["pods"].get(name, {}).get("vllm_started") and not s["endpoints"].get(name)]
+    assert waiting, f"never saw vLLM started before the endpoint was ready: {timeline[-3:]}"
+    first_ready = next(s for s in timeline if s["endpoints"].get(name))
+    assert first_ready["pods"][name]["passes"] >= 1, f"endpoint ready before any canary pass: {first_ready}"
+    assert all(not s["endpoints"].get(name) for s in timeline if s["pods"].get(name, {}).get("passes", 0) < 1)
+    print(f"\nvLLM up, pod out of the Service for {len(waiting) * 0.5:.0f}+ s until the canary passed")
+    # And it serves through the Service (kube-proxy's VIP lags the EndpointSlice by up to ~1 s).
+    base = f"http://{service_ip(cluster)}:8000"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            assert complete(cluster, base, "2+2=")
+            break
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def test_helm_test_passes(cluster: NodeCluster, release: dict[str, Any]) -> None:
+    r = helm(cluster, "test", RELEASE, "-n", NS, "--logs", "--timeout", "300s", timeout=360, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "vllm_canary_passing: 1.0" in r.stdout, r.stdout
+    assert re.search(r"readyz: 200", r.stdout), r.stdout
+
+
+def test_sidecar_follows_vllm_log_through_the_api(cluster: NodeCluster, release: dict[str, Any]) -> None:
+    """The sidecar's Kubernetes log source, with the chart's ServiceAccount and Role: it read vLLM's own lines (the
+    engine's mode and version come only from there) and reported on its pod with Events."""
+    [pod] = Pods(cluster).list()
+    name = pod["metadata"]["name"]
+    logs = cluster.kubectl("logs", "-n", NS, name, "-c", "health").stdout
+    assert "403" not in logs and "Forbidden" not in logs, logs[-2000:]
+    metrics = Pods(cluster).metrics(pod)
+    assert metrics, "no sidecar metrics"
+    readyz = json.loads(Pods(cluster).readyz(pod))
+    assert readyz.get("ready") is True, readyz
+    events = cluster.get("events", "-n", NS, "--field-selector", f"involvedObject.name={name}")["items"]
+    sources = {e.get("reportingComponent") or e.get("source", {}).get("component") for e in events}
+    assert any(e["reason"] not in ("Scheduled", "Pulled", "Created", "Started") for e in events), (
+        f"no Event from the sidecar on its pod: {[(e['reason'], e.get('message')) for e in events]} {sources}"
+    )
+
+
+def sidecar_probe_pod(cluster: NodeCluster, release: dict[str, Any], name: str, account: str, target: str) -> str:
+    """A pod running only the chart's sidecar container, as `account`, told (POD_NAME) to follow `target`'s vLLM log:
+    what the sidecar can do with that account's grants, without starting another vLLM. Returns its log once it has
+    tried (its /readyz answered, or it exited)."""
+    rendered = helm(cluster, "get", "manifest", RELEASE, "-n", NS).stdout
+    deployment = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")
+    template = deployment["spec"]["template"]
+    health = next(c for c in template["spec"]["containers"] if c["name"] == "health")
+    health["env"] = [e for e in health["env"] if e["name"] != "POD_NAME"] + [{"name": "POD_NAME", "value": target}]
+    health.pop("readinessProbe", None)
+    health.pop("livenessProbe", None)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"test": "rbac"}},
+        "spec": {
+            **{k: v for k, v in template["spec"].items() if k not in ("containers", "affinity", "tolerations")},
+            "serviceAccountName": account,
+            "containers": [health],
+            "restartPolicy": "Never",
+        },
+    }
+    cluster.apply([pod], NS)
+    deadline = time.monotonic() + 120
+    pods = Pods(cluster)
+    while time.monotonic() < deadline:
+        p = cluster.get("pod", "-n", NS, name)
+        if p["status"].get("phase") in ("Failed", "Succeeded"):
+            break
+        if p["status"].get("podIP") and "ready" in pods.readyz(p):
+            time.sleep(3)  # the log source's first attempt
+            break
+        time.sleep(0.5)
+    logs = cluster.kubectl("logs", "-n", NS, name, check=False).stdout
+    readyz = pods.readyz(cluster.get("pod", "-n", NS, name))
+    cluster.kubectl("delete", "pod", "-n", NS, name, "--grace-period=0", "--force", "--wait=false", check=False)
+    return logs + "\n/readyz: " + readyz
+
+
+def test_each_rule_of_the_chart_rbac_is_needed(cluster: NodeCluster, release: dict[str, Any]) -> None:
+    """With the chart's ServiceAccount the sidecar reads the server's log; with an account bound to the chart's Role
+    minus one rule, or to nothing, it fails, and says so in its log and /readyz."""
+    [server] = Pods(cluster).list()
+    target = server["metadata"]["name"]
+    ok = sidecar_probe_pod(cluster, release, "rbac-chart", FULLNAME, target)
+    assert "403" not in ok and "Forbidden" not in ok, ok[-3000:]
+    role = next(
+        d
+        for d in yaml.safe_load_all(helm(cluster, "get", "manifest", RELEASE, "-n", NS).stdout)
+        if d and d["kind"] == "Role"
+    )
+    failures = {}
+    for i, rule in enumerate([*role["rules"], None]):
+        account = f"rbac-minus-{i}"
+        rules = [r for r in role["rules"] if r is not rule] if rule else []
+        cluster.apply(
+            [
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": {"name": account},
+                    "rules": rules,
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": account},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+                    "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}],
+                },
+            ],  # fmt: skip
+            NS,
+        )
+        out = sidecar_probe_pod(cluster, release, f"rbac-minus-{i}", account, target)
+        failures[json.dumps(rule)] = out
+        # The first call the sidecar makes without the grant, named as the API server names it.
+        verb, resource = (rule["verbs"][0], rule["resources"][0]) if rule else ("get", "pods")
+        assert f'cannot {verb} resource "{resource}"' in out, f"without {rule} no visible failure:\n{out[-3000:]}"
+    for rule_text, out in failures.items():
+        print(f"\nwithout {rule_text}: {[ln for ln in out.splitlines() if 'HTTP 403' in ln][:1]}")
+
+
+def watch(cluster: NodeCluster, until: Any, timeout: float, what: str) -> list[dict[str, Any]]:
+    """Samples (endpoints, then each server pod's readiness, vLLM container state and canary passes) every half second
+    until `until(sample)` holds; the timeline is what the tests judge."""
+    pods = Pods(cluster)
+    timeline: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        eps = pods.endpoints()
+        sample: dict[str, Any] = {"t": round(time.monotonic(), 1), "endpoints": eps, "pods": {}}
+        for p in pods.list():
+            statuses = {s["name"]: s for s in p["status"].get("containerStatuses", [])}
+            m = pods.metrics(p)
+            sample["pods"][p["metadata"]["name"]] = {
+                "ready": Pods.ready(p),
+                "vllm_started": bool(statuses.get("vllm", {}).get("started")),
+                "restarts": statuses.get("vllm", {}).get("restartCount", 0),
+                "passes": canary_passes(m),
+                "fails": m.get('vllm_canary_runs_total{outcome="fail"}', 0.0),
+            }
+        timeline.append(sample)
+        if until(sample):
+            return timeline
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s; last samples {timeline[-3:]}")
+
+
+def test_killed_engine_leaves_the_service_until_its_canary_passes(
+    cluster: NodeCluster, release: dict[str, Any]
+) -> None:
+    [pod] = Pods(cluster).list()
+    name = pod["metadata"]["name"]
+    cid = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "vllm")["containerID"]
+    before = canary_passes(Pods(cluster).metrics(pod))
+    cluster.ctr("tasks", "kill", "-s", "SIGKILL", cid.removeprefix("containerd://"))
+    timeline = watch(
+        cluster,
+        lambda s: s["pods"].get(name, {}).get("restarts", 0) >= 1 and s["endpoints"].get(name),
+        START_TIMEOUT,
+        "the pod back in the Service after its vLLM container was killed",
+    )
+    out = [s for s in timeline if not s["endpoints"].get(name)]
+    assert out, "the endpoint never left the Service after the engine was killed"
+    back = timeline[-1]
+    # Back only after a canary pass on the new engine (the sidecar counts runs per process; a pass after the restart).
+    restarted = [s for s in timeline if s["pods"][name]["restarts"] >= 1 and s["pods"][name]["vllm_started"]]
+    assert restarted and not any(s["endpoints"].get(name) for s in restarted[:1]), restarted[:2]
+    assert back["pods"][name]["passes"] > before, (before, back)
+    print(f"\nout of the Service for ~{len(out) * 0.5:.0f} s after the kill, back after a canary pass")
+
+
+def test_upgrade_to_a_wrong_server_stalls_and_rollback_restores(cluster: NodeCluster, release: dict[str, Any]) -> None:
+    """The perturbed model (HTTP 200, wrong tokens) stands in for a wrong cudagraph mode."""
+    tmp: Path = release["tmp"]
+    pods = Pods(cluster)
+    [old] = pods.list()
+    old_name = old["metadata"]["name"]
+    base = f"http://{service_ip(cluster)}:8000"
+    # The client's questions and the right answers: what the right server answers, greedy, asked twice (the CPU
+    # build is deterministic here: the canary's fingerprint drift between runs is 0.000).
+    prompts = [p.prompt for p in generate(7, 6)] + ["The capital of France is", "Kubernetes is", "def fibonacci(n):"]
+    first = {q: complete(cluster, base, q) for q in prompts}
+    right = [(q, a) for q, a in first.items() if complete(cluster, base, q) == a]
+    assert len(right) >= 6, f"the right server's answers changed between two asks: {first}"
+    log, stop = tmp / "client.jsonl", tmp / "client.stop"
+    argv = [
+        sys.executable,
+        "-c",
+        CLIENT,
+        f"{base}/v1/completions",
+        SERVED,
+        str(log),
+        str(stop),
+        json.dumps(right),
+        str(MAX_TOKENS),
+    ]
+    client = subprocess.Popen(cluster.argv(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--set", f"model.name={BAD}")
+        # The new pod runs, is judged and fails its canary; the old one keeps serving.
+        timeline = watch(
+            cluster,
+            lambda s: any(n != old_name and p["fails"] >= 1 for n, p in s["pods"].items()),
+            START_TIMEOUT,
+            "the new (perturbed) pod's canary failing",
+        )
+        new_name = next(n for n in timeline[-1]["pods"] if n != old_name)
+        assert not any(s["endpoints"].get(new_name) for s in timeline), "the wrong pod joined the Service"
+        assert all(s["endpoints"].get(old_name) for s in timeline), "the right pod left the Service during the upgrade"
+        new = next(p for p in pods.list() if p["metadata"]["name"] == new_name)
+        # It really serves wrong tokens with HTTP 200: what the gate kept from users.
+        wrong = [q for q, a in right if complete(cluster, f"http://{new['status']['podIP']}:8000", q) != a]
+        assert wrong, "the perturbed server answered every sum right: this test could not have seen a wrong answer"
+        readyz = pods.readyz(new)
+        assert "canary" in readyz, readyz
+        # kubectl says the rollout is stuck.
+        status = cluster.kubectl("rollout", "status", f"deployment/{FULLNAME}", "-n", NS, "--timeout=5s", check=False)
+        assert status.returncode != 0, status.stdout
+        assert "1 old replicas are pending termination" in status.stdout + status.stderr, status.stdout + status.stderr
+        # The PodDisruptionBudget: the wrong (not Ready) pod may be evicted, the last right one may not.
+        refused = evict(cluster, old_name)
+        assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused.stdout + refused.stderr
+        # Roll back: the wrong pod goes, the right one never left.
+        helm(cluster, "rollback", RELEASE, "1", "-n", NS)
+        cluster.kubectl("rollout", "status", f"deployment/{FULLNAME}", "-n", NS, "--timeout=300s", timeout=330)
+        watch(cluster, lambda s: set(s["pods"]) == {old_name}, 180, "the wrong pod gone after the rollback")
+    finally:
+        stop.touch()
+        try:
+            client.wait(180)
+        except subprocess.TimeoutExpired:
+            client.kill()
+    answers = [json.loads(line) for line in log.read_text().splitlines()]
+    errors = [a for a in answers if "error" in a]
+    wrong_served = [a for a in answers if "text" in a and a["text"] != a["want"]]
+    print(f"\n{len(answers)} requests through the Service during the upgrade and rollback: "
+          f"{len(wrong_served)} wrong, {len(errors)} errors")  # fmt: skip
+    assert len(answers) >= 10, answers
+    assert not wrong_served, wrong_served
+    assert not errors, errors
+
+
+def evict(cluster: NodeCluster, pod: str) -> subprocess.CompletedProcess[str]:
+    """The Eviction API, as `kubectl drain` calls it."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": NS}}
+    return cluster.kubectl(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{NS}/pods/{pod}/eviction",
+        "-f",
+        "-",
+        stdin=json.dumps(body),
+        check=False,
+    )
