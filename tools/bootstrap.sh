@@ -68,7 +68,7 @@ debs=("prometheus=$PROMETHEUS_DEB_VERSION" "prometheus-alertmanager=$ALERTMANAGE
   "buildah=$BUILDAH_DEB_VERSION" "debootstrap=$DEBOOTSTRAP_DEB_VERSION" "podman=$PODMAN_DEB_VERSION"
   "runc=$RUNC_DEB_VERSION" "netavark=$NETAVARK_DEB_VERSION" "aardvark-dns=$AARDVARK_DNS_DEB_VERSION"
   "etcd-server=$ETCD_DEB_VERSION" "containerd=$CONTAINERD_DEB_VERSION"
-  "containernetworking-plugins=$CNI_PLUGINS_DEB_VERSION")
+  "containernetworking-plugins=$CNI_PLUGINS_DEB_VERSION" "iptables=$IPTABLES_DEB_VERSION")
 missing=()
 for pin in "${debs[@]}"; do
   have=$(dpkg-query -W -f='${Status} ${Version}' "${pin%%=*}" 2>/dev/null || true)
@@ -87,7 +87,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   say "Debian packages are installed: ${debs[*]}"
 fi
-for t in promtool prometheus amtool prometheus-alertmanager buildah debootstrap podman etcd containerd ctr; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
+for t in promtool prometheus amtool prometheus-alertmanager buildah debootstrap podman etcd containerd ctr iptables; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
 
 # 4. kube-apiserver and kube-controller-manager from the pinned Kubernetes source, and the CRDs the chart uses
 #    (the cluster tests, tests/kube). Go caches outside the clone; a warm run rebuilds nothing.
