@@ -46,6 +46,12 @@ def chart_tests_in_session(request: pytest.FixtureRequest) -> bool:
     return request.config.stash.get(CHART_TESTS_IN_SESSION, False)
 
 
+def state_dir(prefix: str) -> Path:
+    """A new directory in WORK/tmp for one cluster's state (removed after a clean stop, kept after a failed start)."""
+    (WORK / "tmp").mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=WORK / "tmp"))
+
+
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[kube.ControlPlane]:
     """etcd + kube-apiserver on loopback, started once per session; its state lives in WORK/tmp/kube-* and is removed
@@ -53,8 +59,7 @@ def control_plane() -> Iterator[kube.ControlPlane]:
     lacking = kube.missing()
     if lacking:
         pytest.fail("the cluster tests need a control plane this checkout has not built:\n  " + "\n  ".join(lacking))
-    (WORK / "tmp").mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="kube-", dir=WORK / "tmp"))
+    root = state_dir("kube-")
     plane = kube.ControlPlane(root)
     try:
         plane.start()
@@ -88,8 +93,7 @@ def node_cluster(built_images: dict) -> Iterator[kube_node.NodeCluster]:
     lacking = kube_node.missing()
     if lacking:
         pytest.fail("the node tests need what this checkout has not set up:\n  " + "\n  ".join(lacking))
-    (WORK / "tmp").mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="node-", dir=WORK / "tmp"))
+    root = state_dir("node-")
     cluster = kube_node.NodeCluster(root)
     atexit.register(cluster.stop)  # an interrupted session (KeyboardInterrupt in a fixture) still cleans up
     images = {

@@ -10,7 +10,8 @@ What the sandbox needs changed from a stock rootful node (measured in docs/kube-
 
 Isolation from other clusters on the same machine (another session's tests): its own network namespace (addresses,
 ports, iptables chains), its own state directory, its own cgroup root (`/vllm-rocm-kube-<pid>`), its own containerd
-socket. The few host paths the kubelet and containerd hard-code are listed in HOST_PATHS and cleaned on stop.
+socket. The few host paths the kubelet and containerd hard-code (`/var/lib/kubelet/device-plugins`,
+`/var/log/containers`, `/var/lib/cni/results`, `/run/containerd`) are cleaned on stop of what is ours.
 
 Nothing here is pytest-specific (tests/kube/conftest.py wraps it in a session fixture)."""
 
@@ -47,8 +48,6 @@ CNI_BIN = Path("/usr/lib/cni")
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
 CTR = shutil.which("ctr") or "/usr/bin/ctr"
-# Paths the kubelet, containerd and libcni write outside the state directory whatever they are told.
-HOST_PATHS = ("/var/lib/kubelet/device-plugins", "/var/log/containers", "/var/lib/cni/results", "/run/containerd")
 # Measured on the 2-core build machine: the whole cluster up in 13-26 s cold (without the image imports); these only
 # stop a start that will not come.
 START_TIMEOUT = 180.0
@@ -209,9 +208,7 @@ class NodeCluster:
             stdin=yaml.safe_dump_all(list(docs)),
         )
 
-    def ctr(
-        self, *args: str, timeout: float = 600, check: bool = True, stdin: Any = None
-    ) -> subprocess.CompletedProcess[str]:
+    def ctr(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         return _run([CTR, "-a", str(self.socket), "-n", "k8s.io", *args], timeout=timeout, check=check)
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
