@@ -553,3 +553,25 @@ def test_alert_metrics_are_contract_names() -> None:
     assert used, "no metrics found in the rules"
     unknown = used - names
     assert not unknown, f"metrics not in docs/contracts.md: {unknown}"
+
+
+def pdb_spec(values: dict[str, Any]) -> dict[str, Any]:
+    return next(d for d in render(values) if d["kind"] == "PodDisruptionBudget")["spec"]
+
+
+def test_pdb_keeps_the_last_ready_pod_and_lets_unready_ones_go() -> None:
+    """minAvailable counts Ready pods, and Ready means the canary passed: a drain never takes the last right server
+    (tests/kube/test_release_on_node.py evicts through a real API server); not-Ready pods protect nothing."""
+    spec = pdb_spec({})
+    assert spec["minAvailable"] == 1 and "maxUnavailable" not in spec
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    spec = pdb_spec({"pdb": {"maxUnavailable": 1}})  # the operator's explicit choice of drains that never wait
+    assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec
+    assert pdb_spec({"pdb": {"minAvailable": "50%"}})["minAvailable"] == "50%"
+
+
+@pytest.mark.parametrize(
+    "pdb", [{"minAvailable": "one"}, {"minAvailable": -1}, {"maxUnavailable": "1x"}, {"maxUnavailable": -1}]
+)
+def test_pdb_refuses_malformed_budgets(pdb: dict[str, Any]) -> None:
+    assert "pdb" in render_error({"pdb": pdb})
