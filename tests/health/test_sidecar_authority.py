@@ -136,7 +136,7 @@ def test_a_config_line_without_a_readable_mode_is_not_ready(tmp_path: Path, answ
         text = ENGINE.replace("compilation_config=", "compilation_config_gone=")
     sc, _ = start(tmp_path, answerer, text, "--expected-mode", "FULL_AND_PIECEWISE")
     try:
-        wait_code(sc, 503, "shows no cudagraph_mode")
+        wait_code(sc, 503, "engine config line does not read as vLLM")
     finally:
         assert sc.stop() == 0
 
@@ -265,5 +265,33 @@ def test_without_an_accuracy_reference_it_refuses_to_start_and_the_opt_out_says_
     try:
         assert sc.value("vllm_canary_configured") == 0
         assert "wrong tokens with HTTP 200 will NOT be caught" in sc.log_path.read_text()
+    finally:
+        assert sc.stop() == 0
+
+
+def test_an_unreadable_log_is_named_after_the_grace_not_waited_on(tmp_path: Path, answerer) -> None:
+    """vLLM answers /health (the failure injector), its log has the engine line but capture lines this sidecar
+    does not know (a future release's wording): 503 capture_pending during the grace, then log_format_unknown."""
+    unknown = re.sub(r"Capturing CUDA graphs", "Recording device graphs", ENGINE)
+    unknown = unknown.replace("Graph capturing finished", "Device graphs recorded")
+    assert unknown != ENGINE
+    sc, _ = start(tmp_path, answerer, unknown, "--log-grace", "2")
+    try:
+        body = wait_code(sc, 503, "log format of this release")
+        assert "0.14.0" in body["reason"]
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="log_format_unknown") == 1
+    finally:
+        assert sc.stop() == 0
+
+
+def test_capture_lines_without_the_engine_line_vouch_for_nothing(tmp_path: Path, answerer) -> None:
+    """A logging configuration (or a data-parallel rank) that hides the engine config line: the capture lines alone
+    once made the pod Ready with no rule on the running mode. Now: engine_config_unseen after the grace."""
+    hidden = "".join(ln for ln in ENGINE.splitlines(keepends=True) if "Initializing a V1 LLM engine" not in ln)
+    sc, _ = start(tmp_path, answerer, hidden, "--log-grace", "2", "--expected-mode", "FULL_AND_PIECEWISE")
+    try:
+        body = wait_code(sc, 503, "shows no engine config line")
+        assert "VLLM_LOGGING_CONFIG_PATH" in body["reason"]
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="engine_config_unseen") == 1
     finally:
         assert sc.stop() == 0

@@ -43,7 +43,7 @@ class Sidecar:
         if unknown:
             raise RuntimeError(f"--allow-known-issues: {', '.join(unknown)} not in the known-issues data")
         self.qualification: qualification.Report | None = None
-        report_baseline, self.failed_modes = self._qualification()
+        report_baseline, self.failed_modes, self.passed_modes = self._qualification()
         self.registry = make_registry(self.status, self.judge)
         self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None, baseline=report_baseline)
         # The engine instance the last canary pass was measured on; a pass on an older one does not count.
@@ -57,12 +57,13 @@ class Sidecar:
         self.registry.register(WorkerCollector(self.supervisor.statuses))
         self.http: ThreadingHTTPServer | None = None
 
-    def _qualification(self) -> tuple[Baseline | None, frozenset[str]]:
-        """The baseline a qualification report carries (when no --canary-baseline is given) and the modes it failed.
-        Read with the same rules as `qualification apply`; a report that refuses the expected mode stops the start."""
+    def _qualification(self) -> tuple[Baseline | None, frozenset[str], frozenset[str] | None]:
+        """The baseline a qualification report carries (when no --canary-baseline is given), the modes it failed and
+        those it passed (None without a report). Read with the same rules as `qualification apply`; a report that
+        refuses the expected mode stops the start."""
         path = self.cfg.qualification
         if not path:
-            return None, frozenset()
+            return None, frozenset(), None
         try:
             report = qualification.load(Path(path))
             if self.cfg.expected_mode:
@@ -72,6 +73,7 @@ class Sidecar:
             raise RuntimeError(f"--qualification: {e}") from e
         self.qualification = report
         failed = frozenset(r["mode"] for r in report.rows if r["verdict"] != "pass")
+        passed = frozenset(r["mode"] for r in report.rows if r["verdict"] == "pass")
         base = None
         if self.cfg.canary.enabled and not self.cfg.canary.baseline:
             if report.baseline is None:
@@ -79,7 +81,7 @@ class Sidecar:
                     f"--qualification {path}: the report carries no canary baseline; pass --canary-baseline"
                 )
             base = Baseline.from_raw(report.baseline, f"--qualification {path}: baseline")
-        return base, failed
+        return base, failed, passed
 
     def _workers(self) -> list[Worker]:
         """Every loop of the sidecar, with how long it may go without progress before it counts as stuck."""
@@ -128,6 +130,9 @@ class Sidecar:
             instance, reason = self.status.log.instance, self.status.log.instance_reason
         if instance != self._instance_seen:
             self._instance_seen = instance
+            with self.status.lock:
+                # The grace for this instance's log lines starts at its own first good /health answer.
+                self.status.healthy_since = time.monotonic() if self.status.server_healthy else None
             log.info("engine instance %d: %s", instance, reason)
             self.canary_wake.set()
             self.update_readiness()
@@ -200,6 +205,10 @@ class Sidecar:
                 log.info("vLLM /health: %s", "ok" if ok else "failing")
             outage = self.status.server_healthy is True and not ok
             self.status.server_healthy = ok
+            if not ok:
+                self.status.healthy_since = None
+            elif self.status.healthy_since is None:
+                self.status.healthy_since = time.monotonic()
         if outage:
             self.new_instance("vLLM /health failed")
         self.update_readiness()
@@ -237,6 +246,11 @@ class Sidecar:
                     canary_pass_instance=self.canary_pass_instance,
                     expected_mode=self.cfg.expected_mode,
                     failed_modes=self.failed_modes,
+                    passed_modes=self.passed_modes,
+                    healthy_for=time.monotonic() - self.status.healthy_since
+                    if self.status.healthy_since is not None
+                    else None,
+                    log_grace=self.cfg.log_grace,
                     qualification=self.qualification,
                     known_issues_error=ki_error,
                     blocking_issues=tuple(blocking),

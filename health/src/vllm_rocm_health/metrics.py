@@ -34,6 +34,7 @@ class SidecarStatus:
         self.ready_reason = "starting"
         self.ready_code = "starting"
         self.server_healthy: bool | None = None
+        self.healthy_since: float | None = None  # monotonic time /health last turned ok (None: not ok now)
 
 
 class CaptureCollector(Collector):

@@ -19,13 +19,17 @@ from .workers import WorkerStatus
 REASONS = (
     "worker_down",
     "engine_failed",
+    "engine_config_unreadable",
+    "engine_config_unseen",
     "known_issues_unknown",
     "known_issue",
     "mode_unknown",
     "mode_mismatch",
     "mode_failed_qualification",
+    "mode_not_qualified",
     "release_not_qualified",
     "log_source_down",
+    "log_format_unknown",
     "capture_pending",
     "health_unknown",
     "health_failing",
@@ -57,6 +61,12 @@ class Inputs:
     canary_pass_instance: int | None = None  # the instance the last canary pass was measured on
     expected_mode: str = ""  # "" = the deployment did not say
     failed_modes: frozenset[str] = frozenset()  # modes the qualification report failed
+    passed_modes: frozenset[str] | None = None  # modes the qualification report passed (None: no report)
+    # How long vLLM has answered /health for this engine instance (None: not answering). Once it answers, its
+    # engine config line and capture lines have been written: past `log_grace` seconds without them, the log
+    # is one this sidecar cannot read (a logging configuration, a format it does not know), said as such.
+    healthy_for: float | None = None
+    log_grace: float = 60.0
     qualification: Report | None = None  # the deployment's qualification report, when it has one
     known_issues_error: str = ""  # the known issues could not be judged for this engine
     blocking_issues: tuple[str, ...] = ()  # "id: title" of each verified, active, unmitigated, not allowed row
@@ -76,18 +86,47 @@ def decide(i: Inputs) -> Verdict:
     e = i.engine
     if e.failures:
         return Verdict(False, "engine_failed", "engine start failed: " + ", ".join(sorted(e.failures)))
-    if i.engine_seen:
+    # `not healthy_for <= grace`-style: an unknown (None) time has not passed the grace.
+    log_overdue = i.healthy_for is not None and i.healthy_for > i.log_grace
+    if i.capture_gate:
+        # A log source is configured: what runs is checked from vLLM's own lines, and nothing else vouches for it.
+        if not i.engine_seen:
+            if not i.log_source_up:
+                return _log_source_down(i)
+            if log_overdue:
+                return Verdict(
+                    False,
+                    "engine_config_unseen",
+                    f"vLLM has answered /health for {i.healthy_for:.0f} s but its log shows no engine config line "
+                    "(`Initializing a V1 LLM engine ... with config:`), so the mode, release and known issues of "
+                    "what runs cannot be checked: a logging configuration (VLLM_LOGGING_CONFIG_PATH, "
+                    "VLLM_LOGGING_LEVEL above INFO, VLLM_LOGGING_PREFIX, VLLM_CONFIGURE_LOGGING=0), a "
+                    "data-parallel rank that does not print it, or a log this sidecar does not follow from its "
+                    "start",
+                )
+            return Verdict(False, "capture_pending", "waiting for vLLM's engine config line")
+        if e.config_error:
+            return Verdict(
+                False,
+                "engine_config_unreadable",
+                f"vLLM's engine config line does not read as vLLM {e.version or '(no version)'} prints it "
+                f"({e.config_error}): no facts are taken from it",
+            )
         v = _authority(i)
         if v is not None:
             return v
-    if i.capture_gate and not (e.capture_finished or e.runs_without_graphs):
-        if not i.log_source_up:
-            return Verdict(
-                False,
-                "log_source_down",
-                f"no vLLM log to read the capture state from: {i.log_source_reason or 'not connected'}",
-            )
-        return Verdict(False, "capture_pending", f"CUDA-graph capture not finished ({e.progress:.0%})")
+        if not (e.capture_finished or e.runs_without_graphs):
+            if not i.log_source_up:
+                return _log_source_down(i)
+            if log_overdue:
+                return Verdict(
+                    False,
+                    "log_format_unknown",
+                    f"vLLM {e.version} has answered /health for {i.healthy_for:.0f} s, but its log shows no "
+                    f"CUDA-graph capture line this sidecar knows for cudagraph_mode {e.effective}: the log format "
+                    "of this release (or its logging configuration) is not recognized",
+                )
+            return Verdict(False, "capture_pending", f"CUDA-graph capture not finished ({e.progress:.0%})")
     if i.server_healthy is None:
         return Verdict(False, "health_unknown", "vLLM /health not polled yet")
     if not i.server_healthy:
@@ -114,6 +153,14 @@ def decide(i: Inputs) -> Verdict:
                 "is not running or not finishing",
             )
     return Verdict(True, "ok", "ok")
+
+
+def _log_source_down(i: Inputs) -> Verdict:
+    return Verdict(
+        False,
+        "log_source_down",
+        f"no vLLM log to read the capture state from: {i.log_source_reason or 'not connected'}",
+    )
 
 
 def _authority(i: Inputs) -> Verdict | None:
@@ -149,6 +196,16 @@ def _authority(i: Inputs) -> Verdict | None:
             "mode_failed_qualification",
             f"vLLM runs cudagraph_mode {e.effective} (asked for "
             f"{e.requested}), which the qualification report failed on this node",
+        )
+    if i.passed_modes is not None and e.effective not in i.passed_modes:
+        # vLLM's own fallback (a backend without full-graph support resolves FULL to FULL_AND_PIECEWISE, ...) can run
+        # a mode the report never measured: qualified means passed, not "not failed".
+        passed = ", ".join(sorted(i.passed_modes)) or "none"
+        return Verdict(
+            False,
+            "mode_not_qualified",
+            f"vLLM runs cudagraph_mode {e.effective} (asked for {e.requested}), a mode the qualification report did "
+            f"not pass on this node (it passed: {passed})",
         )
     if i.qualification is not None:
         try:
