@@ -407,6 +407,21 @@ BYPASSES: list[tuple[str, dict[str, Any], str, bool]] = [
         False,
     ),
     ("future-env", {"extraEnv": [{"name": "VLLM_CUDAGRAPH_SOMETHING_NEW", "value": "1"}]}, "compilation.*", False),
+    # vLLM's log is where the sidecar reads what runs (issue 30): what would hide or reshape it, and ranks that
+    # do not print the engine config line.
+    ("env-logging-config", {"extraEnv": [{"name": "VLLM_LOGGING_CONFIG_PATH", "value": "/l.json"}]}, "log", False),
+    ("env-no-logging", {"extraEnv": [{"name": "VLLM_CONFIGURE_LOGGING", "value": "0"}]}, "log format", False),
+    ("env-logging-prefix", {"extraEnv": [{"name": "VLLM_LOGGING_PREFIX", "value": "[a] "}]}, "log format", False),
+    ("env-logging-warning", {"extraEnv": [{"name": "VLLM_LOGGING_LEVEL", "value": "WARNING"}]}, "log level", False),
+    (
+        "env-logging-level-from-secret",
+        {"extraEnv": [{"name": "VLLM_LOGGING_LEVEL", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]},
+        "log level",
+        False,
+    ),
+    ("dp-rank", {"extraArgs": ["--data-parallel-rank=1"]}, "data-parallel rank", False),
+    ("dp-rank-short", {"extraArgs": ["-dpn", "1"]}, "data-parallel rank", False),
+    ("dp-start-rank", {"extraArgs": ["--data-parallel-start-rank", "2"]}, "data-parallel rank", False),
     # compilationConfig keys that set the mode behind cudagraphMode, or that this release does not read.
     (
         "use-cudagraph",
@@ -442,6 +457,13 @@ BYPASSES: list[tuple[str, dict[str, Any], str, bool]] = [
 def test_bypass_is_refused(values: dict[str, Any], names: str) -> None:
     lines = refusals(values)
     assert lines and all(names in line for line in lines), lines
+
+
+@pytest.mark.parametrize("level", ["DEBUG", "info", "Info"])
+def test_a_log_level_that_keeps_vllms_lines_is_accepted(level: str) -> None:
+    env = {"name": "VLLM_LOGGING_LEVEL", "value": level}
+    vllm = container(pod_spec(render({"extraEnv": [env]})), "vllm")
+    assert env in vllm["env"]
 
 
 def test_issue_bypass_underscore_flag_after_the_chart_flag() -> None:
