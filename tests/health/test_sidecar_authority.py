@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.canary import make_baseline
+from tests.support.kfd import write_topology
 from tests.support.sidecar import SidecarProcess
 
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
@@ -234,7 +235,9 @@ def test_a_verified_known_issue_on_the_running_engine_keeps_the_pod_out(tmp_path
 
 
 def test_the_allow_list_is_the_only_way_past_a_known_issue(tmp_path: Path, answerer) -> None:
-    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL")
+    # On an observed MI300X (gfx942): every row that depends on the architecture is decided.
+    kfd = ("--kfd-topology", str(write_topology(tmp_path / "kfd", "gfx942", "gfx942")))
+    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL", *kfd)
     try:
         wait_code(sc, 503, "known issue")
         ids = re.findall(
@@ -245,7 +248,9 @@ def test_the_allow_list_is_the_only_way_past_a_known_issue(tmp_path: Path, answe
         assert ids
     finally:
         assert sc.stop() == 0
-    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL", "--allow-known-issues", ",".join(ids))
+    sc, _ = start(
+        tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL", "--allow-known-issues", ",".join(ids), *kfd
+    )
     try:
         wait_code(sc, 200, "ok")
     finally:
@@ -295,3 +300,24 @@ def test_capture_lines_without_the_engine_line_vouch_for_nothing(tmp_path: Path,
         assert sc.total("vllm_sidecar_not_ready_reason", reason="engine_config_unseen") == 1
     finally:
         assert sc.stop() == 0
+
+
+def test_the_gpu_architecture_is_observed_not_assumed(tmp_path: Path, answerer) -> None:
+    """The fnuz FP8 row (verified wrong tokens on gfx950) was `possible` and the pod Ready while nobody named the
+    arch. Now: unknown -> gpu_arch_unknown; an observed gfx950 -> known_issue; an observed gfx942 -> Ready."""
+    allow = ("--allow-known-issues", "aiter-fa-full-cudagraph-always", "--expected-mode", "FULL")
+    cases = (
+        (tmp_path / "no-kfd", 503, "gpu_arch_unknown", "aiter-fa-fp8-kv-cache-fnuz-view"),
+        (write_topology(tmp_path / "mi355", "gfx950"), 503, "known_issue", "aiter-fa-fp8-kv-cache-fnuz-view"),
+        (write_topology(tmp_path / "mi300", "gfx942"), 200, "", "ok"),
+    )
+    for topology, code, reason, words in cases:
+        sc, _ = start(tmp_path, answerer, IMAGE_0102, *allow, "--kfd-topology", str(topology))
+        try:
+            wait_code(sc, code, words)
+            if reason:
+                assert sc.total("vllm_sidecar_not_ready_reason", reason=reason) == 1
+            source = "unknown" if code == 503 and reason == "gpu_arch_unknown" else "observed"
+            assert f'source="{source}"' in sc.metrics()
+        finally:
+            assert sc.stop() == 0

@@ -38,6 +38,8 @@ class Sidecar:
         self.judge = judge if judge is not None else KnownIssueJudge()
         if self.judge.error:
             raise RuntimeError(f"known issues: {self.judge.error}")
+        seen = self.judge.observe_gpu(cfg.kfd_topology)
+        log.info("GPU architecture: %s", seen.arch or f"not observed ({seen.detail})")
         self.allow = allow_list(cfg)
         unknown = self.judge.unknown_ids(self.allow)
         if unknown:
@@ -227,6 +229,7 @@ class Sidecar:
         with self.status.lock:
             state = self.status.log
             ki_error, blocking = self.judge.blocking(state, self.allow)
+            undecided = () if ki_error or blocking else tuple(self.judge.arch_undecided(state, self.allow))
             v = readiness.decide(
                 readiness.Inputs(
                     engine=self.status.log.engine,
@@ -254,6 +257,8 @@ class Sidecar:
                     qualification=self.qualification,
                     known_issues_error=ki_error,
                     blocking_issues=tuple(blocking),
+                    arch_undecided=undecided,
+                    gpu_detail=self.judge.observed.detail if self.judge.observed else "",
                 )
             )
             if (v.ready, v.message) != (self.status.ready, self.status.ready_reason):

@@ -58,6 +58,13 @@ class SidecarConfig:
         },
     )
     model: str = field(default="", metadata={"help": "served model name (default: the first of /v1/models)"})
+    kfd_topology: str = field(
+        default="/sys/class/kfd/kfd/topology/nodes",
+        metadata={
+            "help": "the kernel's KFD topology, where the sidecar observes the node's GPU architecture (the known "
+            "issues that depend on it are judged on what it finds, before VLLM_HEALTH_GPU_ARCH)"
+        },
+    )
     health_interval: float = field(
         default=5.0, metadata={"help": "seconds between polls of vLLM /health", "range": (0.1, 3600.0)}
     )

@@ -23,6 +23,7 @@ REASONS = (
     "engine_config_unseen",
     "known_issues_unknown",
     "known_issue",
+    "gpu_arch_unknown",
     "mode_unknown",
     "mode_mismatch",
     "mode_failed_qualification",
@@ -70,6 +71,9 @@ class Inputs:
     qualification: Report | None = None  # the deployment's qualification report, when it has one
     known_issues_error: str = ""  # the known issues could not be judged for this engine
     blocking_issues: tuple[str, ...] = ()  # "id: title" of each verified, active, unmitigated, not allowed row
+    # Rows of that kind that only the unknown GPU architecture leaves open, and what was seen of the GPU.
+    arch_undecided: tuple[str, ...] = ()
+    gpu_detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,15 @@ def _authority(i: Inputs) -> Verdict | None:
             "a verified known issue applies to what vLLM runs and no applied patch "
             "mitigates it: " + "; ".join(i.blocking_issues) + " (allow it explicitly only after reading "
             "the runbook)",
+        )
+    if i.arch_undecided:
+        return Verdict(
+            False,
+            "gpu_arch_unknown",
+            "the GPU architecture is not known (" + (i.gpu_detail or "not observed") + "; no arch in the image's "
+            "facts line; VLLM_HEALTH_GPU_ARCH / rocm.gpuArch not set) and a verified known issue applies to what vLLM "
+            "runs on some architectures: " + "; ".join(i.arch_undecided) + " (name the architecture, or allow the "
+            "issue after reading the runbook)",
         )
     if i.expected_mode:
         if e.config_mode not in MODES:
