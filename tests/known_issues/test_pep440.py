@@ -81,10 +81,21 @@ def test_order_and_equality_agree_with_packaging(a: str, b: str) -> None:
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_final_releases_are_judged_as_pep440_judges_them(spec: str) -> None:
-    """A final, post or local build: exactly PEP 440 (packaging, pre-releases allowed)."""
+    """A final, post or local build: exactly PEP 440 (packaging, pre-releases allowed), the epoch aside."""
     ref = RefSet(spec, prereleases=True)
     finals = [v for v in VERSIONS if not Version.parse(v).is_prerelease]
-    assert [v for v in finals if SpecifierSet(spec).contains(v) != ref.contains(v)] == []
+    assert [v for v in finals if SpecifierSet(spec).contains(v) != ref.contains(v.split("!")[-1])] == []
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_an_epoch_is_the_same_release(spec: str) -> None:
+    """A packager's epoch (`1!0.10.2`) sorts after every version without one, but the build holds 0.10.2's code:
+    judged as 0.10.2 (issue 30: it matched no row in the sidecar)."""
+    for text in VERSIONS:
+        base = text.split("!")[-1].lstrip("v")
+        assert SpecifierSet(spec).contains("3!" + base) == SpecifierSet(spec).contains(base), (spec, text)
+    with pytest.raises(InvalidSpecifier, match="no epoch"):
+        SpecifierSet(">=1!0.10.2")
 
 
 @pytest.mark.parametrize("spec", SPECS)
