@@ -357,7 +357,7 @@ def run_case(case: Case, a: argparse.Namespace, port: int, out: Path) -> dict:
     sizing = ["--kv-cache-memory-bytes", KV_BYTES, "--gpu-memory-utilization", SMALL_UTIL] if case.sized else []
     if any(x == "--kv-cache-memory-bytes" for x in case.args):
         sizing = ["--gpu-memory-utilization", SMALL_UTIL]
-    if case.entry == "api_server":
+    if case.entry == "api_server" or a.entry == "api_server":
         argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", a.model]
     else:
         argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", a.model]
@@ -430,6 +430,13 @@ def main() -> int:
     r.add_argument("--parallel", type=int, default=12)
     r.add_argument("--ready-limit", type=float, default=420.0, help="seconds a server may take to answer /health")
     r.add_argument("--first-port", type=int, default=8200)
+    r.add_argument(
+        "--entry",
+        choices=("case", "api_server"),
+        default="case",
+        help="api_server: every case through the API server module (a smoke run on a vLLM CPU build, whose "
+        "`vllm serve` needs its own distribution name)",
+    )
     a = ap.parse_args()
     all_cases = cases()
     if a.cmd == "list":

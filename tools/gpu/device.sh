@@ -45,10 +45,12 @@ case "${1:-}" in
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > /tmp/machine.txt 2>&1
     python3 -c 'import sys, torch, transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__)' >> /tmp/machine.txt 2>&1
     nproc >> /tmp/machine.txt
+    # A copy: the repository copy on the machine is replaced by the next call's, the recorder runs on.
+    mkdir -p /tmp/gputools && cp "$here"/corpus.py "$here"/../models/convert_smollm2.py /tmp/gputools/
     setsid nohup bash -c "
       until [ -e $site/common/.ready ]; do sleep 2; done
-      PYTHONPATH=$site/common HF_HUB_OFFLINE=1 python3 $here/../models/convert_smollm2.py --out /tmp/models/smollm2-135m-instruct
-      python3 $here/corpus.py run --site $site --out $corpus $*
+      PYTHONPATH=$site/common HF_HUB_OFFLINE=1 python3 /tmp/gputools/convert_smollm2.py --out /tmp/models/smollm2-135m-instruct
+      python3 /tmp/gputools/corpus.py run --site $site --out $corpus $*
     " > /tmp/corpus.progress 2>&1 < /dev/null &
     echo $! > /tmp/corpus.pid
     cat /tmp/machine.txt
