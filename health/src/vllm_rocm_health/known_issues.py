@@ -105,8 +105,11 @@ class KnownIssueJudge:
         arch, _ = self.arch(facts)
         # The backend the log shows, in the evaluator's one spelling; when the log did not show it, the release's own
         # selection rules (the same inference the chart and the patch tool use) from the image's environment.
-        if e.attention_backend:
-            backend: str | None = ki.canonical_attention_backend(e.attention_backend)
+        if e.platform and e.platform != "rocm":
+            # The data describes ROCm's backends; FLASH_ATTN on CUDA is FlashAttention 2/3, not AITER FA (a test GPU)
+            backend: str | None = None
+        elif e.attention_backend:
+            backend = ki.canonical_attention_backend(e.attention_backend)
         else:
             backend = ki.infer_attention_backend(e.version or None, e.platform or "rocm", arch, env)
         return ki.Config(

@@ -49,8 +49,11 @@ _BACKEND_PROSE = (
     ("Using AITER MLA backend", "ROCM_AITER_MLA"),
     ("Using Triton MLA backend", "TRITON_MLA"),
 )
+# 0.26.0 cuda.py:483 `Using FLASH_ATTN attention backend out of potential backends: [...]` and :422 `Using
+# AttentionBackendEnum.TRITON_ATTN backend.` (--attention-backend); rocm.py:571/:625 without `attention `.
 _BACKEND_ENUM = re.compile(
-    r"(?:Using ([A-Z][A-Z0-9_]+) backend (?:\(selected via --attention-backend\)|out of potential backends)"
+    r"(?:Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?:attention )?backend"
+    r"(?: \(selected via --attention-backend\)| out of potential backends|\.$)"
     r"|Overriding with ([A-Z][A-Z0-9_]+) out of potential backends)"
 )
 # What the distribution's image entrypoint (docker/scripts/vllm-serve.sh) prints before vLLM starts: patches,
@@ -86,7 +89,7 @@ DOWNGRADE = "downgrade"  # mode = effective, text = requested
 KV_CACHE = "kv_cache"  # the KV cache is sized (profiled or --kv-cache-memory-bytes): a capture after it is the real one
 BAR = "bar"  # capture progress: phase, mode, done, total
 FINISHED = "finished"  # seconds, gib
-FAILURE = "failure"  # reason: oom | gpu_error | exception | engine_failed
+FAILURE = "failure"  # reason: oom | gpu_error | exception | engine_failed | engine_died
 SKIPPED = "skipped"  # capture skipped (mode NONE)
 PROFILED = "profiled"  # 0.20+ V1 graph-memory profiling: mode = what will be captured (resolved)
 BACKEND = "backend"  # attention backend selected: text = vLLM's enum name
@@ -287,6 +290,9 @@ def _parse_logger(line: LogLine) -> list[Event]:
         if m:
             return [Event(API_VERSION, text=m.group(1))]
     if src in _SRC_SHUTDOWN and msg.startswith("[shutdown] "):
+        if "engine core exited unexpectedly" in msg:
+            # 0.26.0 core_client.py:703: the engine process died under a running API server (killed, crashed)
+            return [Event(SHUTDOWN), Event(FAILURE, reason="engine_died", text=msg[:300])]
         return [Event(SHUTDOWN)]
     if src in _SRC_FAILURE and line.level in ("ERROR", "CRITICAL"):
         return _failure(msg)

@@ -15,7 +15,7 @@ from .state import LogState
 from .workers import WorkerStatus
 
 # Exactly the label values of docs/contracts.md (an unsupported-mode ValueError counts as `exception`).
-FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed")
+FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed", "engine_died")
 PHASES = ("decode", "mixed", "unspecified")
 RUNTIME_MODES = ("FULL", "PIECEWISE")
 

@@ -89,7 +89,8 @@ def decide(i: Inputs) -> Verdict:
             return Verdict(False, "worker_down", w.reason)
     e = i.engine
     if e.failures:
-        return Verdict(False, "engine_failed", "engine start failed: " + ", ".join(sorted(e.failures)))
+        what = "the engine died under the running server" if e.failures == {"engine_died"} else "engine start failed"
+        return Verdict(False, "engine_failed", f"{what}: " + ", ".join(sorted(e.failures)))
     # `not healthy_for <= grace`-style: an unknown (None) time has not passed the grace.
     log_overdue = i.healthy_for is not None and i.healthy_for > i.log_grace
     if i.capture_gate:
