@@ -12,20 +12,20 @@ parts=/tmp/parts site=/tmp/site corpus=/tmp/corpus
 mkdir -p "$parts" "$site"
 
 unpack_ready() {
-  local sums=$parts/SHA256SUMS comp
+  local sums=$parts/SHA256SUMS comp want have
   [ -f "$sums" ] || return 0
-  for comp in $(sed -E 's/.*  (.*)\.tar\.xz\.[0-9]+$/\1/' "$sums" | sort -u); do
+  sed -E 's/.*  (.*)\.tar\.xz\.[0-9]+$/\1/' "$sums" | sort -u | while read -r comp; do
     [ -e "$site/$comp/.ready" ] && continue
-    local want have
     want=$(grep -c "  $comp\.tar\.xz\." "$sums")
-    have=$(ls "$parts/$comp".tar.xz.* 2>/dev/null | wc -l)
+    have=$(find "$parts" -maxdepth 1 -name "$comp.tar.xz.*" | wc -l)
     [ "$have" = "$want" ] || continue
     mkdir "$site/$comp.lock" 2>/dev/null || continue  # another unpack of it is under way
-    (
-      cd "$parts" && grep "  $comp\.tar\.xz\." SHA256SUMS | sha256sum -c --quiet || { echo "$comp: checksum FAILED"; exit 1; }
-      mkdir -p "$site/$comp" && cat "$parts/$comp".tar.xz.* | xz -dc -T4 | tar -C "$site/$comp" -xf - \
-        && touch "$site/$comp/.ready" && echo "$comp: unpacked $(date +%T)"
-    )
+    if ! (cd "$parts" && grep "  $comp\.tar\.xz\." SHA256SUMS | sha256sum -c --quiet); then
+      echo "$comp: checksum FAILED"
+      continue
+    fi
+    mkdir -p "$site/$comp" && cat "$parts/$comp".tar.xz.* | xz -dc -T4 | tar -C "$site/$comp" -xf - &&
+      touch "$site/$comp/.ready" && echo "$comp: unpacked $(date +%T)"
   done
 }
 
@@ -33,7 +33,7 @@ case "${1:-}" in
   receive)
     for f in .gpu/parts/*; do [ -f "$f" ] && cp -n "$f" "$parts/"; done
     cp .gpu/parts/SHA256SUMS "$parts/SHA256SUMS" 2>/dev/null
-    echo "parts here: $(ls "$parts" | grep -c tar.xz) of $(wc -l < "$parts/SHA256SUMS")"
+    echo "parts here: $(find "$parts" -maxdepth 1 -name '*.tar.xz.*' | wc -l) of $(wc -l < "$parts/SHA256SUMS")"
     setsid nohup bash "$0" unpack >> /tmp/unpack.log 2>&1 < /dev/null &
     ;;
   unpack)

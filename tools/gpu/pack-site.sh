@@ -28,10 +28,10 @@ pack() {  # name dir: one xz stream split into 60 MiB parts, and their sha256
 }
 
 : > "$out/SHA256SUMS"
-common=$(grep -v '^#' "$here/common-packages.txt")
+mapfile -t common < <(grep -v '^#' "$here/common-packages.txt")
 if [ ! -f "$stage/common/.done" ]; then
   rm -rf "$stage/common"; mkdir -p "$stage/common"
-  python3 -m pip download -q --no-deps "${plat[@]}" -d "$dl/common" $common diskcache==5.6.3
+  python3 -m pip download -q --no-deps "${plat[@]}" -d "$dl/common" "${common[@]}" diskcache==5.6.3
   python3 -m pip install -q --no-deps --no-compile "${plat[@]}" --target "$stage/common" "$dl"/common/*.whl
   touch "$stage/common/.done"
 fi
