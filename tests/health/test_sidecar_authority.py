@@ -163,8 +163,8 @@ def qualification_report(tmp_path: Path, failed: str) -> Path:
     return path
 
 
-def test_a_mode_the_qualification_failed_is_refused_even_when_vllm_chose_it(tmp_path: Path, answerer) -> None:
-    # FULL_AND_PIECEWISE asked for; vLLM logs a downgrade to PIECEWISE, which the report failed.
+def downgraded_to_piecewise(tmp_path: Path) -> Path:
+    """FULL_AND_PIECEWISE asked for; vLLM logs a downgrade to PIECEWISE (its own fallback)."""
     lines = [x for x in ENGINE.splitlines() if "(decode, FULL)" not in x]
     at = next(i for i, x in enumerate(lines) if "Available KV cache memory" in x)
     lines.insert(
@@ -174,27 +174,49 @@ def test_a_mode_the_qualification_failed_is_refused_even_when_vllm_chose_it(tmp_
         "AiterFlashAttentionBackend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); "
         "setting cudagraph_mode=PIECEWISE",
     )
-    _, server, _ = answerer
     log = tmp_path / "vllm.log"
     log.write_text("\n".join(lines) + "\n")
-    report = qualification_report(tmp_path, "PIECEWISE")
-    sc = SidecarProcess(
-        [
-            "--vllm-url",
-            server.url,
-            "--log-source",
-            f"file:{log}",
-            "--qualification",
-            str(report),
-            "--expected-mode",
-            "FULL_AND_PIECEWISE",
-            *CANARY_FLAGS,
-        ],
-        tmp_path / "sidecar.out",
-    )
+    return log
+
+
+def with_report(tmp_path: Path, answerer, log: Path, report: Path) -> SidecarProcess:
+    _, server, _ = answerer
+    args = ["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(report)]
+    return SidecarProcess([*args, "--expected-mode", "FULL_AND_PIECEWISE", *CANARY_FLAGS], tmp_path / "sidecar.out")
+
+
+def test_a_mode_the_qualification_failed_is_refused_even_when_vllm_chose_it(tmp_path: Path, answerer) -> None:
+    sc = with_report(tmp_path, answerer, downgraded_to_piecewise(tmp_path), qualification_report(tmp_path, "PIECEWISE"))
     try:
         body = wait_code(sc, 503, "qualification report failed")
         assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_failed_qualification") == 1, body
+    finally:
+        assert sc.stop() == 0
+
+
+def test_a_mode_the_qualification_never_measured_is_refused(tmp_path: Path, answerer) -> None:
+    """Issue 30: the report passed NONE and FULL_AND_PIECEWISE and failed FULL; vLLM's own fallback runs
+    PIECEWISE, which it never measured. Qualified means passed: 503 naming both modes."""
+    sc = with_report(tmp_path, answerer, downgraded_to_piecewise(tmp_path), qualification_report(tmp_path, "FULL"))
+    try:
+        body = wait_code(sc, 503, "did not pass")
+        assert "cudagraph_mode PIECEWISE (asked for FULL_AND_PIECEWISE)" in body["reason"], body
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_not_qualified") == 1, body
+    finally:
+        assert sc.stop() == 0
+
+
+def test_facts_inside_nested_values_are_values(tmp_path: Path, answerer) -> None:
+    """Issue 30: a path (or a model-shipped config) that spells `kv_cache_dtype=auto` before the real top-level
+    `kv_cache_dtype=fp8` hid the verified FP8 row on gfx950 (first match); read by structure, it applies."""
+    text = IMAGE_0102.replace("model='amd/Llama-3.1-70B-Instruct-FP8-KV'", "model='/m/kv_cache_dtype=auto, x'", 1)
+    assert text != IMAGE_0102
+    mi355 = write_topology(tmp_path / "kfd", "gfx950")
+    allow = ("--allow-known-issues", "aiter-fa-full-cudagraph-always", "--expected-mode", "FULL")
+    sc, _ = start(tmp_path, answerer, text, *allow, "--kfd-topology", str(mi355))
+    try:
+        wait_code(sc, 503, "aiter-fa-fp8-kv-cache-fnuz-view")
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="known_issue") == 1
     finally:
         assert sc.stop() == 0
 
