@@ -18,7 +18,7 @@ LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
 wants_help = $(filter -h --help,$(1))
 # Every source root of this tree: the help paths and the generators run this tree's code (also when the venv's
 # editable install is another checkout).
-SRC_PATH := $(CURDIR)/tools/src:$(CURDIR)/qualify/src:$(CURDIR)/health/src:$(CURDIR)/patches/src:$(CURDIR)/known-issues/src
+SRC_PATH := $(CURDIR)/tools/src:$(CURDIR)/qualify/src:$(CURDIR)/health/src:$(CURDIR)/core/src:$(CURDIR)/patches/src:$(CURDIR)/known-issues/src
 HELP_PY := PYTHONPATH=$(SRC_PATH) python3
 GENERATE := PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.generate --root $(CURDIR)
 

@@ -18,7 +18,7 @@ def test_the_wheel_carries_the_product_and_no_developer_tooling(tmp_path: Path) 
     src = tmp_path / "src"
     src.mkdir()
     shutil.copy(REPO / "pyproject.toml", src)
-    for room in ("patches", "known-issues", "qualify", "health"):
+    for room in ("patches", "known-issues", "core", "qualify", "health"):
         shutil.copytree(REPO / room / "src", src / room / "src", ignore=shutil.ignore_patterns("__pycache__"))
     res = subprocess.run(
         [
@@ -45,7 +45,13 @@ def test_the_wheel_carries_the_product_and_no_developer_tooling(tmp_path: Path) 
         (ep_name,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         entry_points = configparser.ConfigParser()
         entry_points.read_string(zf.read(ep_name).decode())
-    assert packages == {"vllm_rocm_known_issues", "vllm_rocm_patches", "vllm_rocm_qualify", "vllm_rocm_health"}
+    assert packages == {
+        "vllm_rocm_known_issues",
+        "vllm_rocm_patches",
+        "vllm_rocm_core",
+        "vllm_rocm_qualify",
+        "vllm_rocm_health",
+    }
     assert dict(entry_points["console_scripts"]) == {
         "vllm-rocm": "vllm_rocm_qualify.command:main",
         "vllm-rocm-health": "vllm_rocm_health.cli:main",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from vllm_rocm_core.qualification import FORMAT, KIND, validate
 from vllm_rocm_health import config as cfgmod
 from vllm_rocm_health.readiness import REASONS, Inputs, decide
 from vllm_rocm_health.state import EngineState
-from vllm_rocm_qualify.qualification import FORMAT, KIND, validate
 
 
 def _engine(**kw) -> EngineState:

@@ -11,7 +11,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-from vllm_rocm_qualify import qualification
+from vllm_rocm_core import qualification
 
 from . import k8s_logs, logparse, logsource, readiness
 from .canary import CanaryResult, CanaryRunner

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vllm_rocm_core.qualification import QualificationError, Report
 from vllm_rocm_known_issues.evaluator import MODES
-from vllm_rocm_qualify.qualification import QualificationError, Report
 
 from .state import EngineState
 from .workers import WorkerStatus
