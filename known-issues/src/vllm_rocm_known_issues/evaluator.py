@@ -37,6 +37,7 @@ Semantics, per issue and condition (the chart guard must agree, row by row):
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import json
 import os
 import re
@@ -107,19 +108,27 @@ class KnownIssuesError(ValueError):
 
 def default_data_path(series_dir: Path | None = None) -> Path:
     """$VLLM_ROCM_KNOWN_ISSUES, else known-issues/ next to the series directory (repository and image layout:
-    <root>/patches and <root>/known-issues), else next to this package's source root."""
+    <root>/patches and <root>/known-issues), else the installed wheel's copy (package data `data/`, which
+    pyproject.toml maps to the repository's known-issues/), else next to this package's source root (a checkout)."""
     env = os.environ.get(ENV_DATA)
     if env:
         return Path(env)
     candidates = []
     if series_dir is not None:
         candidates.append(Path(series_dir).resolve().parent / "known-issues" / DATA_NAME)
-    # known-issues/src/vllm_rocm_known_issues/evaluator.py -> known-issues/ (repository and image layout)
-    candidates.append(Path(__file__).resolve().parents[2] / DATA_NAME)
+    here = Path(__file__).resolve()
+    # known-issues/src/vllm_rocm_known_issues/evaluator.py -> known-issues/ (a checkout, and the ROCm image's layout)
+    checkout = here.parents[2] / DATA_NAME if here.parents[1].name == "src" else None
+    packaged = importlib.resources.files(__package__ or "vllm_rocm_known_issues") / "data" / DATA_NAME
+    if isinstance(packaged, Path):  # an installed wheel (not a zip import)
+        candidates.append(packaged)
+    if checkout is not None:
+        candidates.append(checkout)
     for c in candidates:
         if c.is_file():
             return c
-    return candidates[0]
+    # Nothing found: name this package's own copy as the missing one.
+    return checkout or (candidates[-1] if candidates else Path(DATA_NAME))
 
 
 # --- attention backends ----------------------------------------------------------------------------------------
