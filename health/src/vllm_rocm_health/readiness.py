@@ -189,6 +189,14 @@ def _authority(i: Inputs) -> Verdict | None:
             "runs on some architectures: " + "; ".join(i.arch_undecided) + " (name the architecture, or allow the "
             "issue after reading the runbook)",
         )
+    # Running a mode the report failed is the stronger evidence (known wrong on this node): named before a mismatch.
+    if e.effective in i.failed_modes:
+        return Verdict(
+            False,
+            "mode_failed_qualification",
+            f"vLLM runs cudagraph_mode {e.effective} (asked for "
+            f"{e.requested}), which the qualification report failed on this node",
+        )
     if i.expected_mode:
         if e.config_mode not in MODES:
             return Verdict(
@@ -203,13 +211,6 @@ def _authority(i: Inputs) -> Verdict | None:
                 f"vLLM runs cudagraph_mode {e.config_mode}, the deployment asked "
                 f"for {i.expected_mode} (a wrapper, an env var or a config file changed it)",
             )
-    if e.effective in i.failed_modes:
-        return Verdict(
-            False,
-            "mode_failed_qualification",
-            f"vLLM runs cudagraph_mode {e.effective} (asked for "
-            f"{e.requested}), which the qualification report failed on this node",
-        )
     if i.passed_modes is not None and e.effective not in i.passed_modes:
         # vLLM's own fallback (a backend without full-graph support resolves FULL to FULL_AND_PIECEWISE, ...) can run
         # a mode the report never measured: qualified means passed, not "not failed".
