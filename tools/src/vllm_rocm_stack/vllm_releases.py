@@ -1,8 +1,9 @@
-"""Pristine file trees of real vLLM releases, fetched from PyPI once and cached.
+"""Pristine file trees of real vLLM releases, fetched from PyPI once and cached (the tests and `make new-release`).
 
 `release_tree("0.10.2")` returns `<cache>/0.10.2/tree-<hash of the file list>/`, a minimal unpacked-wheel root
 holding only the files the patch tool, the image tests and the chart's flag tests read (dist-info METADATA/RECORD,
-the version module, every file a patch of the series touches, the argument parser, config and env modules). The
+the version module, every file a patch of the series touches, the argument parser, config and env modules);
+`release_tree(v, EVERY_PY)` every Python file of the package (what `make new-release` compares). The
 wheel itself (~400 MB) is deleted after extraction. The cache lives in `.work/cache/vllm-releases/` (git-ignored)
 unless `VLLM_RELEASES_CACHE` says otherwise. The tree is named for the file list, so a tree made for another list
 is never taken for this one.
@@ -26,34 +27,28 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_rocm_stack.config import WORK
+from . import releases
+from .config import REPO, WORK
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = REPO
 # The patch tool with the known-issues evaluator it imports, uninstalled, as the image build runs it.
 PATCH_TOOL_PYTHONPATH = f"{REPO_ROOT / 'patches' / 'src'}:{REPO_ROOT / 'known-issues' / 'src'}"
 DEFAULT_CACHE = WORK / "cache" / "vllm-releases"
 
-# Releases the patch series supports, and releases it deliberately does not know (for the "unknown" tests).
-SUPPORTED_VERSIONS: tuple[str, ...] = ("0.10.1.1", "0.10.2", "0.11.0", "0.32.0", "0.33.0")
-UNKNOWN_VERSIONS: tuple[str, ...] = ("0.14.0", "0.20.0")
+_REGISTRY = releases.load()
+# Releases the patch series supports (releases.json's rows), and releases it deliberately does not know (for the
+# "unknown" tests).
+SUPPORTED_VERSIONS: tuple[str, ...] = _REGISTRY.supported
+UNKNOWN_VERSIONS: tuple[str, ...] = _REGISTRY.unknown_to_the_series
 # Releases whose own argument parser, envs.py and config the chart's guard tests read (tests/charts/test_guard.py):
-# 0.10.0 (no cudagraph_mode yet), the ones above, 0.30.0 (a new rule for piecewise modes without VLLM_COMPILE)
-# and the newest release when the list was made, 0.34.0.
-GUARD_RELEASES: tuple[str, ...] = (
-    "0.10.0",
-    "0.10.1.1",
-    "0.10.2",
-    "0.11.0",
-    "0.14.0",
-    "0.20.0",
-    "0.30.0",
-    "0.33.0",
-    "0.34.0",
-)
+# every supported and every other checked release of releases.json (0.10.0: no cudagraph_mode yet; 0.30.0: a new
+# rule for piecewise modes without VLLM_COMPILE; the newest checked).
+GUARD_RELEASES: tuple[str, ...] = _REGISTRY.checked
 
 # Paths inside the wheel, relative to its root. Missing ones are fine (e.g. `_version.py` vs `version.py`).
 WANTED_FILES: tuple[str, ...] = (
@@ -87,15 +82,33 @@ _COMPLETE_MARKER = ".complete"
 AITER_FA = "vllm/v1/attention/backends/rocm_aiter_fa.py"  # the file the patch series changes
 
 
+@dataclass(frozen=True)
+class FileSet:
+    """Which files of the wheel a tree holds (with the dist-info METADATA, RECORD and WHEEL, always)."""
+
+    files: tuple[str, ...]
+    patterns: tuple[str, ...]  # fnmatch: `*` crosses directories
+
+    def wanted(self, name: str, version: str) -> bool:
+        if name in self.files or any(fnmatch.fnmatchcase(name, pat) for pat in self.patterns):
+            return True
+        dist_info = f"vllm-{version}.dist-info/"
+        return name in (dist_info + "METADATA", dist_info + "RECORD", dist_info + "WHEEL")
+
+    def tree_name(self) -> str:
+        """The tree directory is named for the file list: a cache filled with another list is never taken for this
+        one (checkouts with different lists can share one cache)."""
+        wanted = "\n".join(sorted({*self.files, *self.patterns}))
+        return "tree-" + hashlib.sha256(wanted.encode()).hexdigest()[:12]
+
+
+TESTS = FileSet(WANTED_FILES, WANTED_PATTERNS)
+# Every Python file of the package: the flags, attention backends and log lines `make new-release` compares.
+EVERY_PY = FileSet((), ("vllm/*.py",))
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("VLLM_RELEASES_CACHE") or DEFAULT_CACHE)
-
-
-def _wanted(name: str, version: str) -> bool:
-    if name in WANTED_FILES or any(fnmatch.fnmatchcase(name, pat) for pat in WANTED_PATTERNS):
-        return True
-    dist_info = f"vllm-{version}.dist-info/"
-    return name in (dist_info + "METADATA", dist_info + "RECORD", dist_info + "WHEEL")
 
 
 @contextmanager
@@ -133,11 +146,11 @@ def _download_wheel(version: str, dest: Path) -> Path:
     return wheels[0]
 
 
-def _extract(wheel: Path, version: str, into: Path) -> list[str]:
+def _extract(wheel: Path, version: str, into: Path, fileset: FileSet) -> list[str]:
     extracted: list[str] = []
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
-            if info.is_dir() or not _wanted(info.filename, version):
+            if info.is_dir() or not fileset.wanted(info.filename, version):
                 continue
             target = into / info.filename
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -147,17 +160,10 @@ def _extract(wheel: Path, version: str, into: Path) -> list[str]:
     return extracted
 
 
-def _tree_name() -> str:
-    """The tree directory is named for the file list: a cache filled with another list is never taken for this one
-    (checkouts with different lists can share one cache)."""
-    wanted = "\n".join(sorted({*WANTED_FILES, *WANTED_PATTERNS}))
-    return "tree-" + hashlib.sha256(wanted.encode()).hexdigest()[:12]
-
-
-def release_tree(version: str) -> Path:
-    """Return the pristine minimal tree of vLLM `version`, fetching it from PyPI on first use."""
+def release_tree(version: str, fileset: FileSet = TESTS) -> Path:
+    """Return the pristine tree of vLLM `version` holding `fileset`, fetching it from PyPI on first use."""
     base = cache_dir() / version
-    tree = base / _tree_name()
+    tree = base / fileset.tree_name()
     if (tree / _COMPLETE_MARKER).is_file():
         return tree
     with _locked(cache_dir() / f"{version}.lock"):
@@ -170,7 +176,7 @@ def release_tree(version: str) -> Path:
             tmp_path = Path(tmp)
             wheel = _download_wheel(version, tmp_path / "wheel")
             staging = tmp_path / "tree"
-            names = _extract(wheel, version, staging)
+            names = _extract(wheel, version, staging, fileset)
             wheel.unlink()  # the wheel is ~400 MB; only the extracted files are kept
             if f"vllm-{version}.dist-info/METADATA" not in names:
                 raise RuntimeError(f"{wheel.name} has no vllm-{version}.dist-info/METADATA")
@@ -196,7 +202,7 @@ def tree_snapshot(root: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-if __name__ == "__main__":  # `python tests/support/vllm_releases.py 0.10.2 ...` warms the cache
+if __name__ == "__main__":  # `python -m vllm_rocm_stack.vllm_releases 0.10.2 ...` warms the cache
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     for v in sys.argv[1:] or sorted({*SUPPORTED_VERSIONS, *UNKNOWN_VERSIONS, *GUARD_RELEASES}):
         print(v, release_tree(v))
