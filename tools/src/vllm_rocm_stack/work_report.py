@@ -6,10 +6,10 @@ Kubernetes build (outside the clone), and the setup and test times of a run.
     python -m vllm_rocm_stack.work_report --run -- PYTEST_ARGS=-x   # time `make setup-vllm check`, then `make test`
 
 It only reads (`du`, the log), except with --run. Sizes are disk usage (`du -B1`: blocks; a file hard-linked from
-two folders counts once, in the first of them by name),
-in GB (10^9 bytes), as `du -sh` rounds them. The times of a log come from what the run printed: GNU time's elapsed
-wall clock (the whole run), pytest's closing line (the tests: its count and seconds), the setup steps' own
-"built in N s" lines; setup is the whole run less the tests. The README quotes its output.
+two folders counts once, in the first of them by name) in GB of 10^9 bytes (`du -sh` prints GiB: 7% smaller
+numbers). The times of a log come from what the run printed: GNU time's elapsed wall clock (the whole run), pytest's
+closing line (the tests: its count and seconds), the setup steps' own "built in N s" lines; setup is the whole run
+less the tests. The README quotes its output.
 """
 
 from __future__ import annotations
