@@ -44,6 +44,15 @@ def test_the_defaults_everywhere_are_the_registrys() -> None:
     assert f"${{VLLM_IMAGE:-{releases.image_tag(REG.default)}}}" in compose
 
 
+def test_the_newest_checked_release_is_the_one_the_known_issues_were_audited_up_to() -> None:
+    """One newest-checked release: the guard tests read its files, and the known issues' code facts cover it."""
+    data = json.loads((REPO / "known-issues" / "known-issues.json").read_text())
+    assert data["releases_checked_up_to"] == REG.newest_checked, (
+        "releases.json's newest_checked and known-issues.json's releases_checked_up_to differ: audit the known issues "
+        "up to the new release (python -m vllm_rocm_stack.known_issues_audit --write), then set both"
+    )
+
+
 def test_the_tests_release_lists_are_the_registrys() -> None:
     assert SUPPORTED_VERSIONS == REG.supported
     assert UNKNOWN_VERSIONS == REG.unknown_to_the_series

@@ -1,7 +1,7 @@
 """`make new-release VERSION=X`: bring a vLLM release in, from its released files.
 
 1. fetches vLLM X and the newest supported release before it from PyPI (every Python file of each wheel, cached in
-   WORK like the tests' trees; vllm_rocm_stack.vllm_releases);
+   WORK; vllm_rocm_stack.vllm_wheels, which the known-issues audit reads too);
 2. runs the patch tool's `status` on X (what each fix of the series finds in X's files);
 3. writes the series skeleton patches/vllm-X/ (`series` and `series.json` with the pristine sha256 and the
    post-condition `status` checked) and the registry row in releases.json (and newest_checked), then regenerates
@@ -33,7 +33,7 @@ from vllm_rocm_known_issues.evaluator import MODES, KnownIssuesError, canonical_
 from vllm_rocm_known_issues.pep440 import Version
 from vllm_rocm_patches import series as patch_series
 
-from . import generate, releases, vllm_release_facts, vllm_releases
+from . import generate, releases, vllm_release_facts, vllm_releases, vllm_wheels
 from .config import REPO
 
 log = logging.getLogger(__name__)
@@ -180,12 +180,12 @@ def changes(prev_tree: Path, tree: Path, prev: str, version: str) -> list[str]:
 # --- the series skeleton and the registry row ----------------------------------------------------------------------
 
 
-def status(tree: Path) -> tuple[int, dict]:
-    """The patch tool's `status --json` on the tree (the code the image build runs, uninstalled)."""
+def status(tree: Path, version: str) -> tuple[int, dict]:
+    """The patch tool's `status --json` on the release's source tree (the code the image build runs, uninstalled)."""
     env = {**os.environ, "PYTHONPATH": vllm_releases.PATCH_TOOL_PYTHONPATH}
     env.pop("VLLM_ROCM_PATCHES_DIR", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "vllm_rocm_patches", "--quiet", "status", str(tree), "--json"],
+        [sys.executable, "-m", "vllm_rocm_patches", "--quiet", "status", str(tree), "--release", version, "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -304,12 +304,12 @@ def run(version: str, root: Path = REPO) -> int:
             f"vLLM {version} is older than every supported release ({reg.supported[0]}): nothing to compare"
         )
     say(f"== vLLM {version}, compared with {prev} (the newest supported release before it)")
-    tree = vllm_releases.release_tree(version, vllm_releases.EVERY_PY)
-    prev_tree = vllm_releases.release_tree(prev, vllm_releases.EVERY_PY)
+    tree = vllm_wheels.python_tree(version)
+    prev_tree = vllm_wheels.python_tree(prev)
     say(f"   files: {tree}\n          {prev_tree}")
 
     say("\n== patches status")
-    rc, report = status(tree)
+    rc, report = status(tree, version)
     for res in report["entries"]:
         say(f"   {res['id']}: {res['state']}: {res['message']}")
     sset = patch_series.load(root / "patches")
@@ -327,6 +327,14 @@ def run(version: str, root: Path = REPO) -> int:
         + ")"
     )
     write_registry(root, version, registry_row(version))
+    audited = json.loads((root / "known-issues" / "known-issues.json").read_text(encoding="utf-8"))
+    if Version.parse(version) > Version.parse(audited["releases_checked_up_to"]):
+        say(
+            f"   newest_checked is now {version}, the known issues were checked up to "
+            f"{audited['releases_checked_up_to']}: audit them up to {version} (python -m "
+            "vllm_rocm_stack.known_issues_audit --write, known-issues/README.md) and set releases_checked_up_to "
+            "(tests/test_releases.py fails until both say the same)"
+        )
     say(f"   releases.json: the row of {version} (base image vllm/vllm-openai-rocm:v{version}, digest to pass in)")
     if needs:
         say("\n== needs a patch (make check fails until the patch is there)")

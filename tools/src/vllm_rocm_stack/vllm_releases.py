@@ -1,9 +1,9 @@
-"""Pristine file trees of real vLLM releases, fetched from PyPI once and cached (the tests and `make new-release`).
+"""Pristine file trees of real vLLM releases, fetched from PyPI once and cached (for the tests; the releases they read
+come from the release registry, releases.json).
 
 `release_tree("0.10.2")` returns `<cache>/0.10.2/tree-<hash of the file list>/`, a minimal unpacked-wheel root
 holding only the files the patch tool, the image tests and the chart's flag tests read (dist-info METADATA/RECORD,
-the version module, every file a patch of the series touches, the argument parser, config and env modules);
-`release_tree(v, EVERY_PY)` every Python file of the package (what `make new-release` compares). The
+the version module, every file a patch of the series touches, the argument parser, config and env modules). The
 wheel itself (~400 MB) is deleted after extraction. The cache lives in `.work/cache/vllm-releases/` (git-ignored)
 unless `VLLM_RELEASES_CACHE` says otherwise. The tree is named for the file list, so a tree made for another list
 is never taken for this one.
@@ -27,7 +27,6 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import releases
@@ -57,7 +56,7 @@ WANTED_FILES: tuple[str, ...] = (
     "vllm/version.py",
     "vllm/v1/attention/backends/rocm_aiter_fa.py",
     "vllm/v1/attention/backends/utils.py",
-    # What `vllm serve` reads to build its configuration (tests/support/vllm_release_facts.py, for the chart's
+    # What `vllm serve` reads to build its configuration (vllm_rocm_stack/vllm_release_facts.py, for the chart's
     # guard): the engine flags, FlexibleArgumentParser (utils/argparse_utils.py from 0.12, utils/__init__.py before),
     # the `serve` sub-command, the compilation config and VllmConfig (one config.py in 0.10.0, config/__init__.py up
     # to 0.11, config/vllm.py from 0.12), env vars, and the ROCm attention-backend selection with its AITER switches.
@@ -82,33 +81,15 @@ _COMPLETE_MARKER = ".complete"
 AITER_FA = "vllm/v1/attention/backends/rocm_aiter_fa.py"  # the file the patch series changes
 
 
-@dataclass(frozen=True)
-class FileSet:
-    """Which files of the wheel a tree holds (with the dist-info METADATA, RECORD and WHEEL, always)."""
-
-    files: tuple[str, ...]
-    patterns: tuple[str, ...]  # fnmatch: `*` crosses directories
-
-    def wanted(self, name: str, version: str) -> bool:
-        if name in self.files or any(fnmatch.fnmatchcase(name, pat) for pat in self.patterns):
-            return True
-        dist_info = f"vllm-{version}.dist-info/"
-        return name in (dist_info + "METADATA", dist_info + "RECORD", dist_info + "WHEEL")
-
-    def tree_name(self) -> str:
-        """The tree directory is named for the file list: a cache filled with another list is never taken for this
-        one (checkouts with different lists can share one cache)."""
-        wanted = "\n".join(sorted({*self.files, *self.patterns}))
-        return "tree-" + hashlib.sha256(wanted.encode()).hexdigest()[:12]
-
-
-TESTS = FileSet(WANTED_FILES, WANTED_PATTERNS)
-# Every Python file of the package: the flags, attention backends and log lines `make new-release` compares.
-EVERY_PY = FileSet((), ("vllm/*.py",))
-
-
 def cache_dir() -> Path:
     return Path(os.environ.get("VLLM_RELEASES_CACHE") or DEFAULT_CACHE)
+
+
+def _wanted(name: str, version: str) -> bool:
+    if name in WANTED_FILES or any(fnmatch.fnmatchcase(name, pat) for pat in WANTED_PATTERNS):
+        return True
+    dist_info = f"vllm-{version}.dist-info/"
+    return name in (dist_info + "METADATA", dist_info + "RECORD", dist_info + "WHEEL")
 
 
 @contextmanager
@@ -146,11 +127,11 @@ def _download_wheel(version: str, dest: Path) -> Path:
     return wheels[0]
 
 
-def _extract(wheel: Path, version: str, into: Path, fileset: FileSet) -> list[str]:
+def _extract(wheel: Path, version: str, into: Path) -> list[str]:
     extracted: list[str] = []
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
-            if info.is_dir() or not fileset.wanted(info.filename, version):
+            if info.is_dir() or not _wanted(info.filename, version):
                 continue
             target = into / info.filename
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -160,10 +141,17 @@ def _extract(wheel: Path, version: str, into: Path, fileset: FileSet) -> list[st
     return extracted
 
 
-def release_tree(version: str, fileset: FileSet = TESTS) -> Path:
-    """Return the pristine tree of vLLM `version` holding `fileset`, fetching it from PyPI on first use."""
+def _tree_name() -> str:
+    """The tree directory is named for the file list: a cache filled with another list is never taken for this one
+    (checkouts with different lists can share one cache)."""
+    wanted = "\n".join(sorted({*WANTED_FILES, *WANTED_PATTERNS}))
+    return "tree-" + hashlib.sha256(wanted.encode()).hexdigest()[:12]
+
+
+def release_tree(version: str) -> Path:
+    """Return the pristine minimal tree of vLLM `version`, fetching it from PyPI on first use."""
     base = cache_dir() / version
-    tree = base / fileset.tree_name()
+    tree = base / _tree_name()
     if (tree / _COMPLETE_MARKER).is_file():
         return tree
     with _locked(cache_dir() / f"{version}.lock"):
@@ -176,7 +164,7 @@ def release_tree(version: str, fileset: FileSet = TESTS) -> Path:
             tmp_path = Path(tmp)
             wheel = _download_wheel(version, tmp_path / "wheel")
             staging = tmp_path / "tree"
-            names = _extract(wheel, version, staging, fileset)
+            names = _extract(wheel, version, staging)
             wheel.unlink()  # the wheel is ~400 MB; only the extracted files are kept
             if f"vllm-{version}.dist-info/METADATA" not in names:
                 raise RuntimeError(f"{wheel.name} has no vllm-{version}.dist-info/METADATA")
