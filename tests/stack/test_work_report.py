@@ -36,7 +36,7 @@ def test_the_log_gives_the_run_the_tests_and_the_setup_steps() -> None:
 def test_a_log_without_times_says_so(tmp_path: Path) -> None:
     work = tmp_path / "work"
     _file(work / "venv" / "a", MB)
-    out = work_report.report(work, tmp_path / "no-go", work_report.parse_log("rc=2\n"), "x.log")
+    out = work_report.report(work, tmp_path / "no-go", [("x.log", work_report.parse_log("rc=2\n"))])
     assert "no wall-clock time in the log" in out and "did not run to the end" in out and "exit status 2" in out
     assert "Go caches" in out and "not there" in out
 
@@ -53,7 +53,7 @@ def test_disk_per_folder_counts_a_hard_linked_file_once(tmp_path: Path) -> None:
     total = work_report.disk_usage([work])[work]
     assert 40 * MB <= sum(sizes.values()) <= total < 41 * MB  # the 30 MB file once, in one of the two folders
     assert 10 * MB <= sizes[work / "models"] < 10.2 * MB
-    out = work_report.report(work, go, None).splitlines()
+    out = work_report.report(work, go, []).splitlines()
     assert out[0] == f"WORK {work}: 0.0 GB on disk"
     assert [line.split()[0] for line in out[1:4]] == ["cache/", "models/", "vllm-venv/"]  # largest first
     assert f"Go caches {go} (outside the clone): 0.0 GB" in out

@@ -82,7 +82,7 @@ class Times:
 def parse_log(text: str) -> Times:
     text = _ANSI.sub("", text)
     t = Times()
-    for m in _ELAPSED.finditer(text):  # one per timed run: a log may hold several (setup, then the tests)
+    for m in _ELAPSED.finditer(text):  # one per timed run: a log may hold several
         h, mnt, s = (m.group(1), m.group(2), m.group(3)) if m.group(2) else (m.group(4), m.group(5), m.group(6))
         t.wall = (t.wall or 0.0) + int(h or 0) * 3600 + int(mnt) * 60 + float(s)
     for m in _PYTEST.finditer(text):
@@ -103,7 +103,7 @@ def _min(s: float) -> str:
     return f"{s / 60:.1f} min"
 
 
-def report(work: Path, go: Path, times: Times | None, log: str = "") -> str:
+def report(work: Path, go: Path, runs: list[tuple[str, Times]]) -> str:
     folders = sorted(p for p in work.iterdir() if p.is_dir() and not p.is_symlink()) if work.is_dir() else []
     sizes = {**disk_usage(folders), **disk_usage([work])}  # du counts a directory once per run
     lines = [f"WORK {work}: {_gb(sizes[work])} on disk"]
@@ -113,7 +113,7 @@ def report(work: Path, go: Path, times: Times | None, log: str = "") -> str:
         lines.append(f"Go caches {go} (outside the clone): {_gb(disk_usage([go])[go])}")
     else:
         lines.append(f"Go caches {go}: not there (no Kubernetes build yet)")
-    if times is not None:
+    for log, times in runs:
         lines.append(f"run {log}:")
         if times.wall is None:
             lines.append("  no wall-clock time in the log (run it under /usr/bin/time, or use --run)")
@@ -162,20 +162,18 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         action="append",
         default=[],
-        help="the output of a `make test` run to take the times from; repeat it for a run logged in parts "
-        "(setup, then the tests): the times add up",
+        help="the output of a `make test` run to take the times from (repeat it for a run logged in parts, e.g. "
+        "setup, then the tests: each is reported on its own)",
     )
     parser.add_argument("--run", action="store_true", help="run and time `make setup-vllm check` and `make test` first")
     parser.add_argument("make_args", nargs="*", help="with --run: more make arguments (PYTEST_ARGS=...)")
     args = parser.parse_args(argv)
-    times, log = None, ""
     if args.run:
         out = args.log[0] if args.log else args.work.parent / "make-test.log"
-        times, log = run_make(REPO, args.work, args.make_args, out), str(out)
-    elif args.log:
-        times = parse_log("\n".join(p.read_text(errors="replace") for p in args.log))
-        log = " + ".join(map(str, args.log))
-    print(report(args.work.resolve(), args.go_cache or go_cache(), times, log))
+        runs = [(str(out), run_make(REPO, args.work, args.make_args, out))]
+    else:
+        runs = [(str(p), parse_log(p.read_text(errors="replace"))) for p in args.log]
+    print(report(args.work.resolve(), args.go_cache or go_cache(), runs))
     return 0
 
 
