@@ -2,7 +2,7 @@
 known-bad checks judge the effective settings (templates/_effective.tpl), never the raw values.
 
 Which flags, aliases and environment variables must be refused is derived from the released files of every release
-in GUARD_RELEASES (tests/support/vllm_release_facts.py reads them, nothing is imported); a release that adds a
+in GUARD_RELEASES (vllm_rocm_stack/vllm_release_facts.py reads them, nothing is imported); a release that adds a
 compilation-affecting spelling fails here until the chart refuses it or it is reviewed below. The bypass table
 renders through the real helm; `test_bypass_table_reaches_the_real_parser` parses the same table with the real vLLM
 parser of the CPU venv, so no row is a spelling vLLM would not take.
@@ -36,7 +36,8 @@ from helm_chart import (  # noqa: E402
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tests.support import vllm_release_facts as facts  # noqa: E402
+from vllm_rocm_stack import vllm_release_facts as facts  # noqa: E402
+
 from tests.support.vllm_releases import GUARD_RELEASES, release_tree  # noqa: E402
 
 SETTINGS = yaml.safe_load((CHART / "files" / "vllm-settings.yaml").read_text())
@@ -535,8 +536,14 @@ def test_attention_inside_piecewise_graphs_is_judged_full(values: dict[str, Any]
 @pytest.mark.parametrize(
     "values,config,mode",
     [
-        ({}, "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE"),
-        ({"enforceEager": True}, "NONE", "NONE"),
+        (
+            {
+                "vllm.release": "0.14.0",
+            },
+            "FULL_AND_PIECEWISE",
+            "FULL_AND_PIECEWISE",
+        ),
+        ({"vllm.release": "0.14.0", "enforceEager": True}, "NONE", "NONE"),
         (
             {
                 "vllm.release": "0.10.2",
@@ -580,20 +587,35 @@ def test_attention_inside_piecewise_graphs_is_judged_full(values: dict[str, Any]
             "PIECEWISE",
         ),
         (
-            {"compilation.cudagraphMode": "PIECEWISE", "compilation.compilationConfig": {"splitting_ops": []}},
+            {
+                "vllm.release": "0.14.0",
+                "compilation.cudagraphMode": "PIECEWISE",
+                "compilation.compilationConfig": {"splitting_ops": []},
+            },
             "NONE",
             "NONE",
         ),
-        ({"compilation.compilationConfig": {"splitting_ops": []}}, "FULL", "FULL"),
+        ({"vllm.release": "0.14.0", "compilation.compilationConfig": {"splitting_ops": []}}, "FULL", "FULL"),
         (
-            {"compilation.compilationConfig": {"splitting_ops": ["vllm::unified_attention_with_output"]}},
+            {
+                "vllm.release": "0.14.0",
+                "compilation.compilationConfig": {"splitting_ops": ["vllm::unified_attention_with_output"]},
+            },
             "FULL_AND_PIECEWISE",
             "FULL",
         ),
-        ({"compilation.compilationConfig": {"mode": "NONE"}}, "NONE", "NONE"),
-        ({"compilation.compilationConfig": {"level": 2}}, "NONE", "NONE"),  # 0.12-0.19 read level as mode
+        ({"vllm.release": "0.14.0", "compilation.compilationConfig": {"mode": "NONE"}}, "NONE", "NONE"),
         (
-            {"compilation.cudagraphMode": "FULL_DECODE_ONLY", "compilation.compilationConfig": {"mode": 0}},
+            {"vllm.release": "0.14.0", "compilation.compilationConfig": {"level": 2}},
+            "NONE",
+            "NONE",
+        ),  # 0.12-0.19 read level as mode
+        (
+            {
+                "vllm.release": "0.14.0",
+                "compilation.cudagraphMode": "FULL_DECODE_ONLY",
+                "compilation.compilationConfig": {"mode": 0},
+            },
             "FULL_DECODE_ONLY",
             "FULL_DECODE_ONLY",
         ),
@@ -611,13 +633,18 @@ def test_attention_inside_piecewise_graphs_is_judged_full(values: dict[str, Any]
             "NONE",
             "NONE",
         ),
-        ({"compilation.compilationConfig": {"pass_config": {"fuse_attn_quant": True}}}, "FULL", "FULL"),
+        (
+            {"vllm.release": "0.14.0", "compilation.compilationConfig": {"pass_config": {"fuse_attn_quant": True}}},
+            "FULL",
+            "FULL",
+        ),
         (
             {
+                "vllm.release": "0.14.0",
                 "compilation.compilationConfig": {
                     "pass_config": {"fuse_attn_quant": True},
                     "use_inductor_graph_partition": True,
-                }
+                },
             },
             "FULL_AND_PIECEWISE",
             "FULL_AND_PIECEWISE",

@@ -414,7 +414,7 @@ def test_version_bounds_agree_with_the_python_rules(probe_chart: Path, tmp_path:
         dict.fromkeys(
             EDGE_VERSIONS
             + [v for b in bounds for v in spellings(b)]
-            + list(ki._RELEASE_CANDIDATES)
+            + list(ki.example_releases())
             + list(ki._ROCM_CANDIDATES)
         )
     )
@@ -562,7 +562,7 @@ def perturbations(issue: ki.Issue, cfg: ki.Config) -> Iterator[tuple[str, ki.Con
     a = issue.affects
     rep = dataclasses.replace
     release = _other_value(
-        cfg.release, [r for r in ki._RELEASE_CANDIDATES if _minor(r) >= (0, 10) and r != "0.9.2"], issue.vllm.contains
+        cfg.release, [r for r in ki.example_releases() if _minor(r) >= (0, 10) and r != "0.9.2"], issue.vllm.contains
     )
     if release:
         backend = cfg.attention_backend

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from vllm_rocm_core.qualification import FORMAT, KIND, validate
 from vllm_rocm_health import config as cfgmod
 from vllm_rocm_health.readiness import REASONS, Inputs, decide
 from vllm_rocm_health.state import EngineState
-from vllm_rocm_qualify.qualification import FORMAT, KIND, validate
 
 
 def _engine(**kw) -> EngineState:
@@ -97,6 +97,10 @@ def test_runtime_authority_rules() -> None:
     assert decide(_ready_inputs(engine=down)).ready
     v = decide(_ready_inputs(engine=down, failed_modes=frozenset({"PIECEWISE"})))
     assert (v.ready, v.code) == (False, "mode_failed_qualification")
+    # running a mode the report failed is named before a mismatch: it is known wrong on this node
+    eager = _engine(capture_finished=True, config_mode="NONE", effective="NONE")
+    v = decide(_ready_inputs(engine=eager, failed_modes=frozenset({"NONE"})))
+    assert (v.ready, v.code) == (False, "mode_failed_qualification") and "NONE" in v.message
     # a qualification report belongs to the release it measured: another one, or one not known yet, is refused
     rep = validate(
         {

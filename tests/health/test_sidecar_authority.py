@@ -243,6 +243,34 @@ def test_a_report_that_failed_the_expected_mode_stops_the_start(tmp_path: Path, 
         )
 
 
+@pytest.mark.parametrize("recommended", ["FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"])
+def test_without_an_expected_mode_the_reports_recommendation_is_expected(
+    tmp_path: Path, answerer, recommended: str
+) -> None:
+    """Compose passes the report and, unless the operator names one, no mode: vLLM then runs the report's
+    recommendation (what `qualification apply` wrote), and that is what its config line must show."""
+    _, server, _ = answerer
+    report = json.loads(qualification_report(tmp_path, "FULL").read_text())
+    report.update(vllm_version="0.14.0", recommended=recommended)
+    report["rows"].append({"mode": "FULL_DECODE_ONLY", "verdict": "pass"})
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    log = tmp_path / "vllm.log"
+    log.write_text(ENGINE)  # FULL_AND_PIECEWISE
+    sc = SidecarProcess(
+        ["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(path), *CANARY_FLAGS],
+        tmp_path / "sidecar.out",
+    )
+    try:
+        if recommended == "FULL_AND_PIECEWISE":
+            wait_code(sc, 200, "ok")
+        else:
+            body = wait_code(sc, 503, "the deployment asked for FULL_DECODE_ONLY")
+            assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_mismatch") == 1, body
+    finally:
+        assert sc.stop() == 0
+
+
 IMAGE_0102 = (FIXTURES / "v0.10.2-image-aiter-fa-full-fp8kv.log").read_text()
 
 

@@ -11,7 +11,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-from vllm_rocm_qualify import qualification
+from vllm_rocm_core import qualification
 
 from . import k8s_logs, logparse, logsource, readiness
 from .canary import CanaryResult, CanaryRunner
@@ -45,6 +45,7 @@ class Sidecar:
         if unknown:
             raise RuntimeError(f"--allow-known-issues: {', '.join(unknown)} not in the known-issues data")
         self.qualification: qualification.Report | None = None
+        self.expected_mode = cfg.expected_mode
         report_baseline, self.failed_modes, self.passed_modes = self._qualification()
         self.registry = make_registry(self.status, self.judge)
         self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None, baseline=report_baseline)
@@ -68,12 +69,16 @@ class Sidecar:
             return None, frozenset(), None
         try:
             report = qualification.load(Path(path))
-            if self.cfg.expected_mode:
-                report.choose_mode(self.cfg.expected_mode)
+            chosen = report.choose_mode(self.cfg.expected_mode)
             report.check_served_model(self.cfg.model)
         except qualification.QualificationError as e:
             raise RuntimeError(f"--qualification: {e}") from e
         self.qualification = report
+        if not self.expected_mode and self.cfg.log_source != "none":
+            # No mode named: the deployment runs the report's recommendation (what `qualification apply` and the chart
+            # deploy when no mode is named), so that is the mode vLLM's config line must show.
+            self.expected_mode = chosen
+            log.info("--qualification %s: expecting its recommended cudagraph_mode %s", path, chosen)
         failed = frozenset(r["mode"] for r in report.rows if r["verdict"] != "pass")
         passed = frozenset(r["mode"] for r in report.rows if r["verdict"] == "pass")
         base = None
@@ -247,7 +252,7 @@ class Sidecar:
                     instance=state.instance,
                     instance_reason=state.instance_reason,
                     canary_pass_instance=self.canary_pass_instance,
-                    expected_mode=self.cfg.expected_mode,
+                    expected_mode=self.expected_mode,
                     failed_modes=self.failed_modes,
                     passed_modes=self.passed_modes,
                     healthy_for=time.monotonic() - self.status.healthy_since

@@ -40,7 +40,8 @@ class SidecarConfig:
         default="",
         metadata={
             "help": "the cudagraph_mode the deployment asked vLLM for (the chart passes it): when vLLM's own engine "
-            "config line shows another one, /readyz is 503 (mode_mismatch). Empty: not checked"
+            "config line shows another one, /readyz is 503 (mode_mismatch). Empty: with --qualification the report's "
+            "recommended mode (what `qualification apply` deploys), else not checked"
         },
     )
     qualification: str | None = field(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vllm_rocm_core.qualification import QualificationError, Report
 from vllm_rocm_known_issues.evaluator import MODES
-from vllm_rocm_qualify.qualification import QualificationError, Report
 
 from .state import EngineState
 from .workers import WorkerStatus
@@ -190,6 +190,14 @@ def _authority(i: Inputs) -> Verdict | None:
             "runs on some architectures: " + "; ".join(i.arch_undecided) + " (name the architecture, or allow the "
             "issue after reading the runbook)",
         )
+    # Running a mode the report failed is the stronger evidence (known wrong on this node): named before a mismatch.
+    if e.effective in i.failed_modes:
+        return Verdict(
+            False,
+            "mode_failed_qualification",
+            f"vLLM runs cudagraph_mode {e.effective} (asked for "
+            f"{e.requested}), which the qualification report failed on this node",
+        )
     if i.expected_mode:
         if e.config_mode not in MODES:
             return Verdict(
@@ -204,13 +212,6 @@ def _authority(i: Inputs) -> Verdict | None:
                 f"vLLM runs cudagraph_mode {e.config_mode}, the deployment asked "
                 f"for {i.expected_mode} (a wrapper, an env var or a config file changed it)",
             )
-    if e.effective in i.failed_modes:
-        return Verdict(
-            False,
-            "mode_failed_qualification",
-            f"vLLM runs cudagraph_mode {e.effective} (asked for "
-            f"{e.requested}), which the qualification report failed on this node",
-        )
     if i.passed_modes is not None and e.effective not in i.passed_modes:
         # vLLM's own fallback (a backend without full-graph support resolves FULL to FULL_AND_PIECEWISE, ...) can run
         # a mode the report never measured: qualified means passed, not "not failed".
