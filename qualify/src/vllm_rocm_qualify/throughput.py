@@ -49,13 +49,18 @@ def _level(client: Client, prompt: list[int], tokens: int, clients: int, request
 
 
 def measure(
-    client: Client, prompt: list[int], levels: list[int], tokens: int, rounds: int, progress: Callable[[str], None]
+    client: Client,
+    prompt: list[int],
+    levels: list[int],
+    tokens: int,
+    per_client: int,
+    progress: Callable[[str], None],
 ) -> dict[str, dict[str, Any]]:
     """One throughput round of one mode: each client count in turn, after a warm-up request."""
     client.fixed_length(prompt, tokens)  # warm-up, not counted
     out = {}
     for clients in levels:
-        out[str(clients)] = r = _level(client, prompt, tokens, clients, max(4, rounds * clients))
+        out[str(clients)] = r = _level(client, prompt, tokens, clients, max(4, per_client * clients))
         if r.get("failed"):
             progress(f"throughput, {clients} clients: {r['failed']} requests failed")
     return out
