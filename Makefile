@@ -66,8 +66,10 @@ patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-pac
 dashboard: generate ## Alias of `make generate` (the chart's Grafana dashboard JSON is one of the generated files)
 
 # This repository's CPU build, model and work directory: an installed `vllm-rocm qualify` defaults to `vllm serve`.
+# Two servers side by side on two cores, one OpenMP thread each (vLLM's CPU build binds them all to one core else).
 QUALIFY_CPU_ARGS = --model $(VLLM_ROCM_WORK)/models/smollm2-135m-instruct --served-model-name smollm2-135m-instruct \
-  --workdir $(VLLM_ROCM_WORK)/qualify --env VLLM_CPU_KVCACHE_SPACE=1 \
+  --workdir $(VLLM_ROCM_WORK)/qualify --env VLLM_CPU_KVCACHE_SPACE=1 --parallel 2 \
+  --env VLLM_CPU_OMP_THREADS_BIND=nobind --env OMP_NUM_THREADS=1 \
   --command '$(VLLM_ROCM_WORK)/vllm-venv/bin/python -m vllm.entrypoints.openai.api_server --model {model} --served-model-name {served_model_name} --host 127.0.0.1 --port {port} --seed 0 {mode_args}'
 qualify: $(if $(call wants_help,$(QUALIFY_ARGS)),,setup-vllm) ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
 	@$(if $(call wants_help,$(QUALIFY_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_qualify run --quick $(QUALIFY_CPU_ARGS) $(QUALIFY_ARGS)

@@ -18,6 +18,7 @@ from vllm_rocm_qualify.client import Output
 from vllm_rocm_qualify.compare import compare_one, compare_shape
 from vllm_rocm_qualify.config import QualifyConfig
 from vllm_rocm_qualify.logs import why_it_failed
+from vllm_rocm_qualify.ranking import round_speeds
 from vllm_rocm_qualify.runner import Qualification
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "h200-vllm-0.26.0"
@@ -172,8 +173,8 @@ def test_recommendation_is_the_fastest_mode_that_passed() -> None:
     ]
     report = rep.finish({**rep.new({}), "rows": rows}, rank_by=0)
     assert report["recommended"] == "FULL"  # FULL_DECODE_ONLY is faster at 16 but failed
-    assert rep.recommend(rows, rank_by=16) == "FULL"
-    assert rep.speed(rows[1], 0) == pytest.approx(math.sqrt(20 * 300))
+    assert rep.finish({**rep.new({}), "rows": rows}, rank_by=16)["recommended"] == "FULL"
+    assert round_speeds(rows[1], 0) == [pytest.approx(math.sqrt(20 * 300))]
     none_passed = rep.finish({**rep.new({}), "rows": [row("FULL", status="start_failed", reason="x")]}, 0)
     assert none_passed["recommended"] is None and "no mode passed" in rep.table(none_passed)
 
@@ -265,11 +266,37 @@ def test_default_single_lengths_are_vllms_capture_sizes() -> None:
         ({"rank_by": 64}, "not one of"),
         ({"env": ["NOEQUALS"]}, "KEY=VALUE"),
         ({"tolerance": 0.0}, "positive"),
+        ({"rounds": 0}, "--rounds must be at least 1"),
+        ({"tie_margin": 1.0}, "--tie-margin is a fraction"),
+        ({"parallel": -1}, "--parallel must not be negative"),
+        ({"kv_cache_bytes": -1}, "--kv-cache-bytes must not be negative"),
+        ({"gpus": ["0", "0"]}, "--gpus names a GPU twice"),
     ],
 )
 def test_bad_settings_are_refused(kw: dict, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         QualifyConfig(**kw).validate()
+
+
+def test_quick_sets_only_what_was_not_given() -> None:
+    cfg = QualifyConfig(quick=True, concurrency=[1, 2, 8])
+    cfg.validate()
+    assert cfg.concurrency == [1, 2, 8] and cfg.rounds == 2 and cfg.gen_tokens == 16
+
+
+def test_one_fixed_port_cannot_serve_servers_side_by_side(tmp_path: Path) -> None:
+    kw = {"model": "m", "command": "vllm serve m --port 8000 {mode_args}", "port": 8000, "workdir": tmp_path}
+    with pytest.raises(ValueError, match="--port gives every server the same port"):
+        Qualification(QualifyConfig(**kw), print)
+    Qualification(QualifyConfig(**kw, parallel=1), print)
+    Qualification(QualifyConfig(**kw, modes=["NONE"]), print)
+
+
+def test_gpu_ids_keep_their_case_and_modes_are_upper_cased() -> None:
+    from vllm_rocm_qualify.cli import build_parser
+
+    args = build_parser().parse_args(["run", "--gpus", "GPU-5a8b,1", "--modes", "none,full"])
+    assert args.gpus == ["GPU-5a8b", "1"] and args.modes == ["NONE", "FULL"]
 
 
 def _workdir_from_h200(tmp_path: Path) -> QualifyConfig:
@@ -320,7 +347,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_help_explains_itself() -> None:
     res = cli("run", "--help")
     assert res.returncode == 0
-    for words in ("fastest", "{mode_args}", "--require", "Exit status", "--resume", "canary"):
+    for words in ("fastest", "{mode_args}", "--require", "Exit status", "--resume", "canary", "side by side", "{gpu}"):
         assert words in res.stdout
 
 

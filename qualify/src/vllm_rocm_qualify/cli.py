@@ -15,26 +15,32 @@ from .config import QualifyConfig
 DESCRIPTION = """\
 Which cudagraph_mode is the fastest that still gives right answers on this node, with this image and model?
 
-`run` starts the vLLM under test once per mode (default: all five), same model and flags, from --command.
-For each mode it reads the server's log with the health sidecar's parser (requested vs effective mode,
-downgrades, graphs captured, capture seconds and GiB, failures), then compares its greedy answers token for
-token with the reference run (cudagraph_mode NONE, or --enforce-eager) under batch shapes that drive each graph
-family: single requests of each capture size alone, bursts of concurrent short decodes, long prefills in flight
-with decodes, the first request after ready and after idle. It runs the accuracy canary against a baseline
-taken from the reference, and measures decode throughput (output tok/s at each --concurrency, fixed lengths).
+`run` starts the vLLM under test once per mode (default: all five), same model and flags, from --command, the
+servers side by side (--parallel; one GPU shared, each server's KV cache sized from its free memory, or one GPU
+each when several are visible: --gpus, --kv-cache-bytes). For each mode it reads the server's log with the health
+sidecar's parser (requested vs effective mode, downgrades, graphs captured, capture seconds and GiB, failures),
+then compares its greedy answers token for token with the reference run (cudagraph_mode NONE, or --enforce-eager)
+under batch shapes that drive each graph family: single requests of each capture size alone, bursts of concurrent
+short decodes, long prefills in flight with decodes, the first request after ready and after idle. It runs the
+accuracy canary against a baseline taken from the reference. Then it measures decode throughput (output tok/s at
+each --concurrency, fixed lengths) in --rounds rounds, one mode at a time while the others idle, interleaved.
 
 Writes a JSON report (deployment takes it: `helm --set-file qualification=report.json`, or docker/compose's
 qualified overlay), the reference's canary baseline, and each server's log; prints a table and the
-recommendation: the fastest mode that passed.
+recommendation: the fastest mode that passed, faster beyond the spread of its rounds (and --tie-margin) than every
+other; modes that tie go by a fixed order, least graph surface first (NONE, PIECEWISE, FULL_DECODE_ONLY,
+FULL_AND_PIECEWISE, FULL), so that two runs on one node recommend the same mode.
 
 Verdicts: pass; fail (answers differ from the reference beyond bf16 ties, or the canary failed); error (did
-not start, crashed, requests failed: nothing was proven). Exit status: 0, or 1 when a --require mode did not
-pass (without --require: when no mode passed); 2 for bad arguments; 130 when interrupted (every server it
-started is stopped; the report keeps the finished modes, and --resume continues).
+not start, crashed, requests failed: nothing was proven). A server that fails fails only its own mode.
+Exit status: 0, or 1 when a --require mode did not pass (without --require: when no mode passed); 2 for bad
+arguments; 130 when interrupted (every server it started is stopped; the report keeps the finished modes, and
+--resume continues).
 
   vllm-rocm qualify run --model /models/Qwen3-8B --require FULL_AND_PIECEWISE   # `vllm serve` from PATH
-  vllm-rocm qualify run --command 'docker run --rm --device /dev/kfd --device /dev/dri -p {port}:8000 \\
-      -v /models:/models IMAGE {model} --port 8000 {mode_args}' --model /models/Qwen3-8B
+  vllm-rocm qualify run --command 'docker run --rm --device /dev/kfd --device /dev/dri -e HIP_VISIBLE_DEVICES={gpu} \\
+      -p {port}:8000 -v /models:/models IMAGE {model} --port 8000 {mode_args}' --model /models/Qwen3-8B
+  vllm-rocm qualify run --model M --parallel 1            # one server at a time, each stopped before the next
   vllm-rocm qualify show vllm-rocm-qualify/report.json
   vllm-rocm qualify replay --report R.json --logs DIR     # re-derive a report from its recorded logs
   make qualify                                            # this repository's CPU build (modes become NONE there)
@@ -47,7 +53,8 @@ def _flag_type(f: dataclasses.Field, hints: dict[str, typing.Any]) -> typing.Any
 
         def parse(text: str) -> list:
             try:
-                return [item(x.strip().upper() if item is str else x.strip()) for x in text.split(",") if x.strip()]
+                upper = f.metadata.get("upper", False)
+                return [item(x.strip().upper() if upper else x.strip()) for x in text.split(",") if x.strip()]
             except ValueError as e:
                 raise argparse.ArgumentTypeError(f"expected a comma-separated list: {e}") from e
 

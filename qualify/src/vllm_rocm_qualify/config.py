@@ -10,8 +10,11 @@ from pathlib import Path
 
 from vllm_rocm_known_issues.evaluator import MODES
 
-# Least to most graph coverage: the reference first, then each mode in the order a failure is least surprising.
-DEFAULT_MODES = ("NONE", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", "FULL")
+from .ranking import DEFAULT_TIE_MARGIN, TIE_ORDER
+
+# Least to most graph surface (ranking.py says why): the reference first, then each mode in the order a failure is
+# least surprising. The same order breaks throughput ties.
+DEFAULT_MODES = TIE_ORDER
 assert set(DEFAULT_MODES) == set(MODES)
 
 # vLLM's own CLI on PATH. In a container pass --command, e.g.
@@ -36,6 +39,7 @@ QUICK = {
     "tp_tokens": 16,
     "tp_prompt_len": 32,
     "tp_rounds": 1,
+    "rounds": 2,
 }
 
 
@@ -47,7 +51,7 @@ def _ints(*values: int) -> list[int]:
 class QualifyConfig:
     modes: list[str] = field(
         default_factory=lambda: list(DEFAULT_MODES),
-        metadata={"help": "cudagraph modes to qualify, comma-separated", "list": str},
+        metadata={"help": "cudagraph modes to qualify, comma-separated", "list": str, "upper": True},
     )
     reference: str = field(
         default="NONE",
@@ -70,7 +74,8 @@ class QualifyConfig:
         metadata={
             "help": "server command template, split like a shell line. Placeholders: {mode_args} (one word that "
             'becomes `--compilation-config {"cudagraph_mode": MODE}`, or `--enforce-eager` for the eager '
-            "reference), {mode}, {port}, {model}, {served_model_name}; other braces are left alone"
+            "reference), {mode}, {port}, {model}, {served_model_name}, {gpu} (the GPU a server is placed on: see "
+            "--gpus); other braces are left alone"
         },
     )
     server_args: str = field(
@@ -133,15 +138,58 @@ class QualifyConfig:
     )
     tp_prompt_len: int = field(default=128, metadata={"help": "prompt tokens of each throughput request"})
     tp_tokens: int = field(default=128, metadata={"help": "output tokens of each throughput request (ignore_eos)"})
-    tp_rounds: int = field(default=2, metadata={"help": "throughput requests per client and level (at least 4)"})
+    tp_rounds: int = field(
+        default=2, metadata={"help": "throughput requests per client and level in each round (at least 4)"}
+    )
     rank_by: int = field(
         default=0, metadata={"help": "client count whose tok/s ranks the modes (0: geometric mean over all counts)"}
     )
+    rounds: int = field(
+        default=3,
+        metadata={
+            "help": "throughput rounds: each measures every mode once, one mode at a time (interleaved across the "
+            "modes whose servers run side by side); a mode's speed is the spread of its rounds"
+        },
+    )
+    tie_margin: float = field(
+        default=DEFAULT_TIE_MARGIN,
+        metadata={
+            "help": "a mode is recommended over another only when its slowest round beats the other's fastest by "
+            "more than this fraction; otherwise they tie and the least graph surface wins "
+            f"({' < '.join(TIE_ORDER)})"
+        },
+    )
     canary_problems: int = field(default=8, metadata={"help": "canary problems (also the baseline's)"})
+    parallel: int = field(
+        default=0,
+        metadata={
+            "help": "servers started side by side (0: every mode at once; 1: one after another, each stopped before "
+            "the next starts). Side by side, the answers are compared concurrently and throughput is measured "
+            "one mode at a time while the others idle"
+        },
+    )
+    gpus: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "GPUs to spread the servers over, as the servers' runtime names them (indexes or UUIDs); "
+            "each server gets one (CUDA_/HIP_VISIBLE_DEVICES, or {gpu} in --command). Default: the "
+            "HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES list qualify runs with, else the "
+            "GPUs nvidia-smi or rocm-smi lists; one GPU (or none found): every server on it",
+            "list": str,
+        },
+    )
+    kv_cache_bytes: int = field(
+        default=0,
+        metadata={
+            "help": "--kv-cache-memory-bytes of each server (0: when servers share a GPU, its free memory divided "
+            "among them, less the model's weights and a margin, as nvidia-smi or rocm-smi reports it)"
+        },
+    )
     quick: bool = field(
         default=False,
         metadata={
-            "help": "small shapes and short throughput phases, for a smoke run on the CPU build: sets "
+            "help": "small shapes and short throughput phases, for a smoke run on the CPU build: sets, where the "
+            "flag keeps its default, "
             + ", ".join(
                 f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
                 for k, v in QUICK.items()
@@ -166,9 +214,11 @@ class QualifyConfig:
         return [n for n in sizes if n <= min(limit, self.max_capture_size)]
 
     def validate(self) -> None:
-        if self.quick:
+        if self.quick:  # what --quick sets, unless given as well
+            defaults = QualifyConfig()
             for k, v in QUICK.items():
-                setattr(self, k, v)
+                if getattr(self, k) == getattr(defaults, k):
+                    setattr(self, k, v)
         bad = [m for m in self.modes if m not in MODES]
         if bad or not self.modes:
             raise ValueError(f"--modes: {', '.join(bad) or 'empty'}: choose from {', '.join(MODES)}")
@@ -180,7 +230,15 @@ class QualifyConfig:
         missing = [m for m in self.require if m not in self.modes]
         if missing:
             raise ValueError(f"--require {', '.join(missing)}: not among --modes")
-        for name in ("gen_tokens", "top_logprobs", "tp_tokens", "tp_prompt_len", "tp_rounds", "canary_problems"):
+        for name in (
+            "gen_tokens",
+            "top_logprobs",
+            "tp_tokens",
+            "tp_prompt_len",
+            "tp_rounds",
+            "canary_problems",
+            "rounds",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if not self.concurrency or min(self.concurrency) < 1:
@@ -189,6 +247,13 @@ class QualifyConfig:
             raise ValueError(f"--rank-by {self.rank_by} is not one of --concurrency")
         if self.tolerance <= 0:
             raise ValueError("--tolerance must be positive")
+        if not 0 <= self.tie_margin < 1:
+            raise ValueError("--tie-margin is a fraction: at least 0, below 1")
+        for name in ("parallel", "kv_cache_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must not be negative")
+        if len(set(self.gpus)) != len(self.gpus) or not all(self.gpus):
+            raise ValueError("--gpus names a GPU twice, or an empty one")
         for e in self.env:
             if "=" not in e:
                 raise ValueError(f"--env {e!r}: expected KEY=VALUE")

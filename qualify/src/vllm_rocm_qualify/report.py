@@ -11,21 +11,21 @@ from typing import Any
 
 from vllm_rocm_core.qualification import FORMAT, KIND, validate
 
+from . import ranking
+
 
 def verdict(row: dict[str, Any]) -> tuple[str, str]:
     """pass | fail (wrong answers) | error (could not be measured: no start, failed requests), with why."""
     if row.get("status") != "ok":
         return "error", row.get("reason") or row.get("status", "not run")
-    fails: list[str] = []
-    errors: list[str] = []
-    for shape, a in (row.get("agreement") or {}).items():
-        if not a.get("ok"):
-            (fails if a.get("disagree") or "drift" in a.get("why", "") else errors).append(f"{shape}: {a.get('why')}")
-    canary = row.get("canary") or {}
-    if canary.get("outcome") == "fail":
-        fails.append(f"canary: {canary.get('reason')}")
-    elif canary.get("outcome") != "pass":
-        errors.append(f"canary: {canary.get('reason', 'not run')}")
+    fails = wrong_answers(row)
+    errors = [
+        f"{shape}: {a.get('why')}"
+        for shape, a in (row.get("agreement") or {}).items()
+        if not a.get("ok") and not (a.get("disagree") or "drift" in a.get("why", ""))
+    ]
+    if (row.get("canary") or {}).get("outcome") not in ("pass", "fail"):
+        errors.append(f"canary: {(row.get('canary') or {}).get('reason', 'not run')}")
     for level, t in (row.get("throughput") or {}).items():
         if t.get("failed"):
             errors.append(f"throughput at {level} clients: {t['failed']} requests failed")
@@ -38,26 +38,40 @@ def verdict(row: dict[str, Any]) -> tuple[str, str]:
     return "pass", ""
 
 
-def speed(row: dict[str, Any], rank_by: int) -> float:
-    """Tok/s at `rank_by` clients, or the geometric mean over all client counts (rank_by 0)."""
-    t = row.get("throughput") or {}
+def wrong_answers(row: dict[str, Any]) -> list[str]:
+    """Why the mode's answers are wrong (agreement beyond ties, or the canary), before any throughput is measured."""
+    out = [
+        f"{shape}: {a.get('why')}"
+        for shape, a in (row.get("agreement") or {}).items()
+        if not a.get("ok") and (a.get("disagree") or "drift" in a.get("why", ""))
+    ]
+    if (row.get("canary") or {}).get("outcome") == "fail":
+        out.append(f"canary: {row['canary'].get('reason')}")
+    return out
+
+
+def ranking_basis(rank_by: int, levels: list[int]) -> str:
     if rank_by:
-        return float(t.get(str(rank_by), {}).get("tok_s", 0.0))
-    values = [float(v.get("tok_s", 0.0)) for v in t.values()]
-    if not values or min(values) <= 0:
-        return 0.0
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+        return f"tok/s at {rank_by} clients"
+    return "geometric mean of tok/s over " + ",".join(map(str, levels)) + " clients"
 
 
-def recommend(rows: list[dict[str, Any]], rank_by: int) -> str | None:
-    passed = [r for r in rows if r.get("verdict") == "pass" and speed(r, rank_by) > 0]
-    return max(passed, key=lambda r: speed(r, rank_by))["mode"] if passed else None
-
-
-def finish(report: dict[str, Any], rank_by: int) -> dict[str, Any]:
+def finish(report: dict[str, Any], rank_by: int | None = None, margin: float | None = None) -> dict[str, Any]:
+    """Verdicts, the recommendation and its ranking; `rank_by` and `margin` default to the report's settings."""
+    settings = report.get("settings") or {}
+    rank_by = int(settings.get("rank_by", 0)) if rank_by is None else rank_by
+    margin = float(settings.get("tie_margin", ranking.DEFAULT_TIE_MARGIN)) if margin is None else margin
     for row in report.get("reference_runs", []) + report["rows"]:
         row["verdict"], row["verdict_reason"] = verdict(row)
-    report["recommended"] = recommend(report["rows"], rank_by)
+    ranked = ranking.rank(report["rows"], rank_by, margin)
+    report["recommended"] = ranked["recommended"]
+    levels = sorted({int(k) for r in report["rows"] for k in (r.get("throughput") or {})})
+    report["ranking"] = {
+        "by": ranking_basis(rank_by, levels),
+        "margin": margin,
+        "order": list(ranking.TIE_ORDER),
+        **{k: ranked[k] for k in ("tied", "why", "speeds")},
+    }
     validate(report, "the report being written", deployable=False)  # what deployment reads must be readable
     return report
 
@@ -141,6 +155,24 @@ def table(report: dict[str, Any]) -> str:
             lines.append(f"{r['mode']}: {r['verdict']}: {r['verdict_reason']}")
         if r.get("downgraded"):
             lines.append(f"{r['mode']}: ran as {r.get('effective_mode')} ({r.get('downgrade_reason') or 'downgraded'})")
-    rec = report.get("recommended")
-    lines.append(f"recommended: {rec} (the fastest mode that passed)" if rec else "recommended: none: no mode passed")
+    lines += _ranking_lines(report)
     return "\n".join(lines)
+
+
+def _ranking_lines(report: dict[str, Any]) -> list[str]:
+    rec = report.get("recommended")
+    r = report.get("ranking")
+    if not r or not r.get("speeds"):  # a report from before rounds, or nothing measured
+        return [f"recommended: {rec} (the fastest mode that passed)" if rec else "recommended: none: no mode passed"]
+    rounds = report.get("rounds") or {}
+    groups = [g for g in rounds.get("groups", []) if len(g) > 1]
+    how = (
+        f"{rounds.get('count', 1)} rounds, interleaved across " + "; ".join(", ".join(g) for g in groups)
+        if groups and rounds.get("count", 1) > 1
+        else f"{rounds.get('count', 1)} round(s) per mode, back to back"
+    )
+    out = [f"ranking: {r['by']}, {how}; min / median / max over the rounds:"]
+    for mode, s in sorted(r.get("speeds", {}).items(), key=lambda kv: -kv[1]["median"]):
+        out.append(f"  {mode}: {_n(s['min'])} / {_n(s['median'])} / {_n(s['max'])}")
+    out.append(f"recommended: {rec} ({r['why']})" if rec else "recommended: none: no mode passed")
+    return out

@@ -6,7 +6,6 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 from .logs import LogFollower, why_it_failed
@@ -45,6 +44,7 @@ class ModeServer:
         self.process = ManagedProcess(f"vLLM {label}", argv, log_path, env=env)
         self.log = LogFollower(log_path, requested)
         self.ready_seconds = 0.0
+        self.t0 = time.monotonic()
         # The server's process group while it runs: what an outside supervisor (a test) must stop if we die.
         self.pid_path = log_path.with_suffix(".pid")
 
@@ -55,14 +55,17 @@ class ModeServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def start(self, timeout: float, progress: Callable[[str], None], every: float = 15.0) -> None:
-        t0 = time.monotonic()
+    def launch(self) -> None:
+        """Start the process (from the main thread: a child started there dies with qualify, even by SIGKILL)."""
+        self.t0 = time.monotonic()
         try:
             self.process.start()
         except OSError as e:
             raise StartFailed(f"cannot run {self.process.argv[0]}: {e.strerror or e}") from e
         self.pid_path.write_text(f"{self.process.pid}\n")
-        next_report = t0 + every
+
+    def wait_ready(self, timeout: float) -> None:
+        """Follow the log until /health answers; StartFailed when the process exits or `timeout` passes."""
         while True:
             self.log.poll()
             if not self.process.alive():
@@ -72,19 +75,15 @@ class ModeServer:
                     f"{why_it_failed(self.process.log_tail(60))}"
                 )
             if self._health():
-                self.ready_seconds = time.monotonic() - t0
+                self.ready_seconds = time.monotonic() - self.t0
                 self.log.poll()
                 return
-            now = time.monotonic()
-            if now - t0 > timeout:
+            if time.monotonic() - self.t0 > timeout:
                 self.log.finish()
                 raise StartFailed(
                     f"not ready within {timeout:.0f} s ({self.log.progress()}): "
                     f"{why_it_failed(self.process.log_tail(20))}"
                 )
-            if now >= next_report:
-                progress(f"starting, {now - t0:.0f} s: {self.log.progress()}")
-                next_report = now + every
             time.sleep(0.5)
 
     def alive(self) -> bool:

@@ -7,7 +7,7 @@ import shlex
 from vllm_rocm_core.qualification import compilation_config
 
 EAGER = "eager"  # the --enforce-eager reference; not a cudagraph mode
-_WORDS = ("{mode}", "{port}", "{model}", "{served_model_name}")
+_WORDS = ("{mode}", "{port}", "{model}", "{served_model_name}", "{gpu}")
 
 
 def mode_args(mode: str) -> list[str]:
@@ -30,13 +30,17 @@ def check(template: str, fixed_port: int) -> None:
         raise ValueError("--command has no {port}: put it where the server's port goes, or give --port")
 
 
-def expand(template: str, mode: str, port: int, model: str, served_model_name: str, extra: str = "") -> list[str]:
-    """argv for one server. `{mode}` is the cudagraph mode (NONE for the eager reference)."""
+def expand(
+    template: str, mode: str, port: int, model: str, served_model_name: str, extra: str = "", gpu: str = ""
+) -> list[str]:
+    """argv for one server. `{mode}` is the cudagraph mode (NONE for the eager reference); `{gpu}` the GPU it is
+    placed on (empty when qualify does not place servers)."""
     values = {
         "{mode}": "NONE" if mode == EAGER else mode,
         "{port}": str(port),
         "{model}": model,
         "{served_model_name}": served_model_name,
+        "{gpu}": gpu,
     }
     argv: list[str] = []
     for word in shlex.split(template):

@@ -1,7 +1,9 @@
-"""Decode throughput: output tokens per second at fixed prompt and output lengths, per client count."""
+"""Decode throughput: output tokens per second at fixed prompt and output lengths, per client count, in rounds (the
+runner interleaves them across modes; ranking.py judges their spread)."""
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -47,14 +49,38 @@ def _level(client: Client, prompt: list[int], tokens: int, clients: int, request
 
 
 def measure(
-    client: Client, prompt: list[int], levels: list[int], tokens: int, rounds: int, progress: Callable[[str], None]
+    client: Client,
+    prompt: list[int],
+    levels: list[int],
+    tokens: int,
+    per_client: int,
+    progress: Callable[[str], None],
 ) -> dict[str, dict[str, Any]]:
+    """One throughput round of one mode: each client count in turn, after a warm-up request."""
     client.fixed_length(prompt, tokens)  # warm-up, not counted
     out = {}
     for clients in levels:
-        out[str(clients)] = r = _level(client, prompt, tokens, clients, max(4, rounds * clients))
-        progress(
-            f"throughput, {clients} clients: {r['tok_s']:,.0f} tok/s"
-            + (f" ({r['failed']} requests failed)" if r.get("failed") else "")
-        )
+        out[str(clients)] = r = _level(client, prompt, tokens, clients, max(4, per_client * clients))
+        if r.get("failed"):
+            progress(f"throughput, {clients} clients: {r['failed']} requests failed")
+    return out
+
+
+def combine(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """A mode's rounds as its report entry: per client count the median tok/s, every round's tok/s, the requests
+    of one round, and the failed or short requests of all rounds."""
+    out: dict[str, dict[str, Any]] = {}
+    for level in rounds[0] if rounds else {}:
+        runs = [r[level] for r in rounds if level in r]
+        tok = [x["tok_s"] for x in runs]
+        entry: dict[str, Any] = {
+            "requests": runs[0]["requests"],
+            "seconds": round(sum(x["seconds"] for x in runs), 3),
+            "tok_s": round(statistics.median(tok), 1),
+            "rounds": tok,
+        }
+        for key in ("failed", "short"):
+            if any(x.get(key) for x in runs):
+                entry[key] = sum(x.get(key, 0) for x in runs)
+        out[level] = entry
     return out
