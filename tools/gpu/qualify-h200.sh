@@ -25,7 +25,7 @@ for comp in common "vllm-$VLLM"; do # device.sh unpacks in the background: wait 
   [ -e "$SITE/$comp/.ready" ] || { echo "$SITE/$comp is not unpacked (tools/gpu/device.sh receive)" >&2; exit 2; }
 done
 export PYTHONPATH=$SITE/vllm-$VLLM:$SITE/common:$REPO/qualify/src:$REPO/health/src:$REPO/known-issues/src
-export PYTHONPATH=$PYTHONPATH:$REPO/patches/src:$REPO/tools/src
+export PYTHONPATH=$PYTHONPATH:$REPO/patches/src:$REPO/tools/src:$REPO/core/src
 export HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 
 {

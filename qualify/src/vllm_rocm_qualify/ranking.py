@@ -29,7 +29,11 @@ import statistics
 from typing import Any
 
 TIE_ORDER = ("NONE", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", "FULL")
-DEFAULT_TIE_MARGIN = 0.05
+# Measured on an H200 (tests/fixtures/qualify/h200-vllm-0.26.0-side-by-side): between two runs minutes apart on the
+# same node, the median round of FULL_DECODE_ONLY moved +11% and FULL_AND_PIECEWISE's -11%, while within each run
+# the rounds spread by 3-15%. A 5% margin recommended F&P in one run and FDO in the next; 15% covers the run-to-run
+# shift and gives FDO in all three recorded runs. A tie is not a loss: the tie order then picks.
+DEFAULT_TIE_MARGIN = 0.15
 
 
 def _geomean(values: list[float]) -> float:
