@@ -14,16 +14,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
-from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.proxy import SwitchableProxy
 
 from tests.support.canary import CFG, CanaryTiming
 from tests.support.images import build_images
-from tests.support.vllm_server import VLLM_PYTHON, VllmServer, free_port
-
-MODELS = WORK / "models"
-GOOD_MODEL = MODELS / "smollm2-135m-instruct"
-BAD_MODEL = MODELS / "smollm2-135m-instruct-perturbed"
+from tests.support.vllm_server import BAD_MODEL, GOOD_MODEL, VLLM_PYTHON, VllmServer, free_port
 
 
 def _start(model: Path, name: str, tmp: Path) -> VllmServer:

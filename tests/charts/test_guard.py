@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import (  # noqa: E402
+from tests.support import vllm_release_facts as facts
+from tests.support.helm_chart import (
     CHART,
-    ROOT,
     arg_value,
     container,
     effective,
@@ -33,11 +31,7 @@ from helm_chart import (  # noqa: E402
     render,
     render_error,
 )
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from tests.support import vllm_release_facts as facts  # noqa: E402
-from tests.support.vllm_releases import GUARD_RELEASES, release_tree  # noqa: E402
+from tests.support.vllm_releases import GUARD_RELEASES, release_tree
 
 SETTINGS = yaml.safe_load((CHART / "files" / "vllm-settings.yaml").read_text())
 

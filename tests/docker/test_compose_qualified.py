@@ -14,8 +14,8 @@ import pytest
 import yaml
 from vllm_rocm_stack.vllm_server import VLLM_PYTHON
 
-from tests.docker.conftest import DOCKER, REPO
-from tests.docker.test_compose import _interpolated, interpolate, podman_compose, schema_check
+from tests.support.compose import interpolate, interpolated, podman_compose, schema_check
+from tests.support.repo import DOCKER, REPO
 
 OVERLAY = DOCKER / "compose.qualified.yaml"
 BASE = DOCKER / "compose.yaml"
@@ -24,7 +24,7 @@ ENV = {"QUALIFICATION_REPORT": str(REPORT), "VLLM_MODEL": "smollm2-135m-instruct
 
 
 def load(env: dict[str, str]) -> dict:
-    return _interpolated(yaml.safe_load(OVERLAY.read_text()), env)  # type: ignore[return-value]
+    return interpolated(yaml.safe_load(OVERLAY.read_text()), env)  # type: ignore[return-value]
 
 
 def mounts(service: dict) -> dict[str, str]:

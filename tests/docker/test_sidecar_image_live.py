@@ -25,9 +25,9 @@ from vllm_rocm_stack.proxy import SwitchableProxy
 from vllm_rocm_stack.sidecar_process import free_port, get
 from vllm_rocm_stack.vllm_server import VllmServer
 
-from tests.docker.conftest import DOCKER
 from tests.support.canary import CanaryTiming
 from tests.support.images import BUILD_TIMEOUT
+from tests.support.repo import DOCKER
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT + 600)]
 

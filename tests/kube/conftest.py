@@ -10,22 +10,17 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vllm_rocm_stack.config import WORK
+
+from tests.support import kube, kube_node
+from tests.support.images import CPU_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
-for path in (REPO, REPO / "tests" / "charts"):  # `tests.support` and the chart tests' helm_chart, however started
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from vllm_rocm_stack.config import WORK  # noqa: E402
-
-from tests.support import kube, kube_node  # noqa: E402
-from tests.support.images import CPU_TARGET  # noqa: E402
 
 CHART_TESTS = REPO / "tests" / "charts"
 KUBE_TESTS = Path(__file__).resolve().parent

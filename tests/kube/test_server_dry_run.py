@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import renders
 import yaml
-from renders import Objects, Render
 
-from tests.support import kube
+from tests.support import kube, renders
+from tests.support.renders import Objects, Render
 
 REPO = Path(__file__).resolve().parents[2]
 FRESH, UPGRADE = "llm", "llm-upgrade"  # the chart tests render into namespace llm (helm template -n llm)
@@ -128,7 +127,7 @@ def test_every_chart_render_upgrades_the_default_install(
     """`helm upgrade` from the default values to each value set: the defaults' objects are stored (for real), then
     each render's objects are dry-run applied over them, so a change to an immutable field (a Deployment's selector,
     a RoleBinding's roleRef, a PVC's spec, a Service's clusterIP) is refused here. Hooks are always created anew."""
-    import helm_chart
+    from tests.support import helm_chart
 
     stored = [renders.in_namespace(d, UPGRADE) for d in helm_chart.render({}) if not renders.is_hook(d)]
     control_plane.apply(stored, UPGRADE, dry_run=False)
@@ -155,7 +154,7 @@ def test_the_documented_alertmanager_config_is_accepted(
 @functools.cache
 def _sample() -> list[dict[str, Any]]:
     """One render with the monitoring objects, one multi-node with KEDA: an object of each kind the mistakes need."""
-    import helm_chart
+    from tests.support import helm_chart
 
     return helm_chart.render({"metrics.serviceMonitor.enabled": True}) + helm_chart.render(
         {"multiNode.enabled": True, "multiNode.nodes": 2, "tensorParallelSize": 8, "autoscaling.keda.enabled": True}
@@ -225,7 +224,7 @@ def test_a_broken_object_is_refused_by_the_same_path(
 def test_an_immutable_field_change_is_refused_on_upgrade(
     control_plane: kube.ControlPlane, namespaces: list[str]
 ) -> None:
-    import helm_chart
+    from tests.support import helm_chart
 
     deployment = renders.in_namespace(next(d for d in helm_chart.render({}) if d["kind"] == "Deployment"), UPGRADE)
     control_plane.apply([deployment], UPGRADE, dry_run=False)  # what the upgrade test stored, idempotent

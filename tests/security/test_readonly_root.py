@@ -21,14 +21,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+from vllm_rocm_qualify.processes import ManagedProcess, wait_until
+from vllm_rocm_stack.config import WORK
+
+from tests.support.helm_chart import ROOT, container, pod_spec, render
+from tests.support.vllm_server import VLLM_PYTHON, free_port
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "charts"))
-from helm_chart import ROOT, container, pod_spec, render  # noqa: E402
-from vllm_rocm_qualify.processes import ManagedProcess, wait_until  # noqa: E402
-from vllm_rocm_stack.config import WORK  # noqa: E402
-
-from tests.support.vllm_server import VLLM_PYTHON, free_port  # noqa: E402
 
 SANDBOX = HERE / "pod_sandbox.sh"
 MODEL = WORK / "models" / "smollm2-135m-instruct"

@@ -22,10 +22,9 @@ from pathlib import Path
 import pytest
 from vllm_rocm_stack.vllm_server import VllmServer
 
-from tests.conftest import GOOD_MODEL
 from tests.support.canary import CanaryTiming
 from tests.support.sidecar import SidecarProcess
-from tests.support.vllm_server import free_port
+from tests.support.vllm_server import GOOD_MODEL, free_port
 
 pytestmark = pytest.mark.live
 

@@ -86,7 +86,7 @@ def with_reference(values: dict[str, Any] | None) -> dict[str, Any]:
 # Every render of the real chart that helm accepted in this test process: manifest text -> the first test that
 # rendered it. tests/kube applies each one to a real API server (server-side dry run), so "every value set the chart
 # tests render" is what they rendered, not a second list to keep in step. VLLM_ROCM_RENDER_LOG (a directory) also
-# writes each one there, for a test process that did not run the chart tests itself (tests/kube/renders.py).
+# writes each one there, for a test process that did not run the chart tests itself (tests/support/renders.py).
 RENDERED: dict[str, str] = {}
 RENDER_LOG = "VLLM_ROCM_RENDER_LOG"
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import helm_chart
 import yaml
+
+from tests.support import helm_chart
 
 REPO = Path(__file__).resolve().parents[2]
 HOOK = "helm.sh/hook"
