@@ -11,7 +11,7 @@ IMAGE_BASES ?= pinned
 # What `make lint` runs: the linters' tests (ruff check and format, mypy, shellcheck, hadolint), none that builds an image.
 LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
 
-.PHONY: help setup setup-vllm run test test-fast lint check generate bench qualify images patches-status dashboard lock clean
+.PHONY: help setup setup-vllm run test test-fast test-integration test-system lint check generate bench qualify images patches-status dashboard lock clean
 
 # `make run RUN_ARGS=--help`, `make bench BENCH_ARGS=--help`, `make qualify QUALIFY_ARGS=--help`: the help at once with the system python
 # (those paths import only the standard library), instead of installing vLLM first.
@@ -39,8 +39,14 @@ test: setup-vllm check ## Set up and run every test (after `make check`)
 	  if [ $$rc = 5 ]; then echo "make test: pytest collected no tests: a broken test tree, not a pass" >&2; fi; \
 	  exit $$rc
 
-test-fast: setup check ## Tests that need neither a vLLM server nor the vLLM venv (after `make check`)
-	@$(PY) -m pytest -m "not live and not vllm_venv" $(PYTEST_ARGS)
+test-fast: setup check ## The unit tier: no vLLM server or venv, no image, container or cluster (after `make check`)
+	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+test-integration: setup-vllm check ## The integration tier: the tests that need the vLLM CPU server or venv
+	@$(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+test-system: setup-vllm check ## The system tier: images, podman/compose, the Kubernetes clusters, the `make run` stack
+	@$(PY) -m pytest -m system $(PYTEST_ARGS)
 
 lint: setup check ## Lint only, no image builds: `make check`, ruff check + format and mypy on the Python code, shellcheck, hadolint
 	@$(PY) -m pytest -q $(LINT_TESTS)

@@ -742,20 +742,12 @@ print(json.dumps({"version": vllm.__version__, "rows": out}))
 """
 
 
-def _vllm_python() -> Path:
-    from tests.support.vllm_server import VLLM_PYTHON
-
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"{VLLM_PYTHON} missing: run `make setup-vllm`")
-    return VLLM_PYTHON
-
-
-@pytest.mark.vllm_venv
-def test_bypass_table_reaches_the_real_parser(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_bypass_table_reaches_the_real_parser(tmp_path: Path, vllm_python: Path) -> None:
     """Every `real` argument row of the bypass table, appended to the command line the chart renders for the same
     values, changes what the real vLLM parser (the CPU venv's release) hands to the engine: no row is a spelling
     vLLM would not take. The chart refuses each row for that very release."""
-    python = _vllm_python()
+    python = vllm_python
     version = (
         subprocess.run(
             [str(python), "-c", "import vllm; print(vllm.__version__)"],
@@ -805,11 +797,11 @@ def test_bypass_table_reaches_the_real_parser(tmp_path: Path) -> None:
     assert "enforce_eager" in result["rows"]["config-file"]
 
 
-@pytest.mark.vllm_venv
-def test_torch_compile_switches_are_refused() -> None:
+@pytest.mark.integration
+def test_torch_compile_switches_are_refused(vllm_python: Path) -> None:
     """The environment variables with which the venv's torch turns dynamo off or swaps its compile backend
     (torch/_dynamo/config.py): the chart refuses each."""
-    python = _vllm_python()
+    python = vllm_python
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         capture_output=True,

@@ -26,7 +26,7 @@ from tests.support.kubelet_expansion import (
     expand_container,
     mapping_func_for,
 )
-from tests.support.vllm_parser import parse_with_vllm, venv_release
+from tests.support.vllm_parser import parse_with_vllm, release
 
 # --- the expansion itself (the cases of k8s expand_test.go's TestMapReference / TestMapping) --------------------------
 
@@ -215,13 +215,13 @@ BYPASSES: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-@pytest.mark.vllm_venv
-def test_a_refused_reference_would_have_run_a_refused_mode(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_a_refused_reference_would_have_run_a_refused_mode(tmp_path: Path, vllm_python: Path) -> None:
     """Each bypass as the chart used to render it (the escaped render with `$$(` turned back into `$(`: the chart
     passes these strings through unchanged), expanded with what the ConfigMap holds, parsed by the real vLLM: it
     runs what the chart refuses (FULL here, or another model). The chart refuses the unescaped values; the escaped
     render reaches vLLM as a literal and runs the judged mode."""
-    python, _ = venv_release()
+    python = vllm_python
     base = dict(BASE)
     assert REFUSED_ID in render_error({**base, "compilation.cudagraphMode": "FULL"})  # FULL is refused
     judged = effective(base)
@@ -258,11 +258,11 @@ def test_a_refused_reference_would_have_run_a_refused_mode(tmp_path: Path) -> No
         assert rendered is None or (rendered["mode"], rendered["eager"]) == ("PIECEWISE", False), (name, rendered)
 
 
-@pytest.mark.vllm_venv
-def test_what_the_chart_renders_runs_the_judged_mode(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_what_the_chart_renders_runs_the_judged_mode(tmp_path: Path, vllm_python: Path) -> None:
     """Value sets the chart accepts, expanded by the kubelet rules and parsed by the real vLLM: the engine gets the
     compilation config and eager flag the chart judged (effective settings)."""
-    python, version = venv_release()
+    python, version = vllm_python, release(vllm_python)
     sets = {
         "default": {},
         "piecewise-triton": BASE,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from vllm_rocm_stack.images.podman import Podman
 
+from tests.support import tiers
 from tests.support.vllm_releases import SUPPORTED_VERSIONS, copy_release_tree
 
 
@@ -24,6 +25,7 @@ def release_copy(tmp_path: Path) -> Callable[[str], Path]:
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("system", "runs containers with podman")
 def podman(built_images: dict) -> Iterator[Podman]:
     """podman with the image builds' storage (vllm_rocm_stack.images.podman). Skipped, with what failed, only where
     this machine refuses to run a container; a missing tool is a failure. Whatever a test leaves (containers,

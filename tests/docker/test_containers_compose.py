@@ -54,7 +54,7 @@ START_TIMEOUT = 900
 ALERT_FOR = "15s"
 GROUP_TIMING = "5s"
 
-pytestmark = [pytest.mark.live, pytest.mark.slow]
+pytestmark = pytest.mark.system
 
 
 class Stack:

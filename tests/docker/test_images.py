@@ -35,7 +35,8 @@ from tests.support.dockerfiles import Parsed, parse, resolve, stage_values
 from tests.support.images import BUILD_TIMEOUT, CPU_TARGET
 from tests.support.repo import REPO
 
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)  # the first test to ask for the images waits for the build
+# The first test to ask for the images waits for the build.
+pytestmark = [pytest.mark.system, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
 
 VLLM_DOCKERFILE = "docker/vllm-rocm/Dockerfile"
 HEALTH_DOCKERFILE = "docker/health/Dockerfile"

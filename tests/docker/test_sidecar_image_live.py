@@ -29,7 +29,7 @@ from tests.support.canary import CanaryTiming
 from tests.support.images import BUILD_TIMEOUT
 from tests.support.repo import DOCKER
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT + 600)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(BUILD_TIMEOUT + 600)]
 
 HEALTH_DOCKERFILE = "docker/health/Dockerfile"
 START_TIMEOUT = 60.0  # the sidecar answers /healthz in ~1 s; this only bounds a hang

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from vllm_rocm_stack.config import WORK
 
-from tests.support import kube, kube_node
+from tests.support import kube, kube_node, tiers
 from tests.support.images import CPU_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +48,7 @@ def state_dir(prefix: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("system", "starts etcd and kube-apiserver")
 def control_plane() -> Iterator[kube.ControlPlane]:
     """etcd + kube-apiserver on loopback, started once per session; its state lives in WORK/tmp/kube-* and is removed
     afterwards (kept, and named in the failure, when it did not start)."""
@@ -78,6 +79,7 @@ def crds(control_plane: kube.ControlPlane) -> list[str]:
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("system", "starts a single-node Kubernetes cluster")
 def node_cluster(built_images: dict) -> Iterator[kube_node.NodeCluster]:
     """A single-node cluster (tests/support/kube_node.py) with the session's vLLM CPU image and sidecar image in its
     containerd, started once per session in a network namespace of its own; everything it made is removed afterwards,

@@ -21,6 +21,8 @@ import pytest
 
 from tests.support import helm_chart, kube, renders
 
+pytestmark = pytest.mark.system
+
 NS = "llm-edited"
 # A configuration the chart refuses in FULL (README: FULL with AITER FA on an unpatched 0.10.2, vllm#25104: silently
 # wrong tokens) and accepts in PIECEWISE: the operator installs PIECEWISE, then edits the Deployment.

@@ -20,6 +20,8 @@ import yaml
 from tests.support import kube, renders
 from tests.support.renders import Objects, Render
 
+pytestmark = pytest.mark.system
+
 REPO = Path(__file__).resolve().parents[2]
 FRESH, UPGRADE = "llm", "llm-upgrade"  # the chart tests render into namespace llm (helm template -n llm)
 # Objects per kubectl call: one call per distinct object would cost ~0.5 s each on this machine.

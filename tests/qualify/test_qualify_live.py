@@ -19,7 +19,7 @@ from vllm_rocm_health.canary.baseline import Baseline
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.vllm_server import VLLM_PYTHON
 
-pytestmark = [pytest.mark.live, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 GOOD = WORK / "models" / "smollm2-135m-instruct"
 SMALL = ["--quick", "--startup-timeout", "600"]

@@ -29,7 +29,6 @@ from tests.support.checkov_scan import (
 )
 from tests.support.helm_chart import CHART, kinds, render
 
-pytestmark = pytest.mark.slow
 FRAMEWORKS = ("kubernetes", "dockerfile")
 DIGESTS = {"image.digest": "sha256:" + "1" * 64, "sidecar.image.digest": "sha256:" + "2" * 64}
 README = CHART / "README.md"

@@ -8,8 +8,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 PARSE = r"""
 import json, sys
 from vllm.entrypoints.cli.serve import ServeSubcommand
@@ -36,15 +34,11 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def venv_release() -> tuple[Path, str]:
-    """The vLLM CPU venv's python and its vLLM release (without the local version: "0.32.0")."""
-    from tests.support.vllm_server import VLLM_PYTHON
-
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"{VLLM_PYTHON} missing: run `make setup-vllm`")
+def release(python: Path) -> str:
+    """The vLLM release installed for `python`, without the local version ("0.32.0", not "0.32.0+cpu")."""
     version = (
         subprocess.run(
-            [str(VLLM_PYTHON), "-c", "import vllm; print(vllm.__version__)"],
+            [str(python), "-c", "import vllm; print(vllm.__version__)"],
             capture_output=True,
             text=True,
             check=True,
@@ -53,7 +47,7 @@ def venv_release() -> tuple[Path, str]:
         .stdout.strip()
         .splitlines()[-1]
     )
-    return VLLM_PYTHON, version.split("+", 1)[0]
+    return version.split("+", 1)[0]
 
 
 def parse_with_vllm(python: Path, argvs: dict[str, list[str]], tmp: Path) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from tests.support.canary import CanaryTiming
 from tests.support.sidecar import SidecarProcess
 from tests.support.vllm_server import GOOD_MODEL, free_port
 
-pytestmark = pytest.mark.live
+pytestmark = pytest.mark.integration
 
 # Engine-like text a client controls: each line would be an engine event if the sidecar matched it anywhere.
 FORGED = [
