@@ -19,6 +19,8 @@ from vllm_rocm_health.canary.baseline import Baseline
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.vllm_server import VLLM_PYTHON
 
+from tests.support import tiers
+
 pytestmark = pytest.mark.integration
 
 GOOD = WORK / "models" / "smollm2-135m-instruct"
@@ -40,6 +42,7 @@ def command(wrong: str, missing: str) -> str:
 
 
 @pytest.fixture(autouse=True)
+@tiers.needs("integration", "runs `vllm-rocm qualify`, which starts vLLM CPU servers")
 def _need_vllm() -> None:
     for need in (VLLM_PYTHON, GOOD / "config.json", GOOD.with_name(GOOD.name + "-perturbed") / "config.json"):
         if not need.exists():

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from vllm_rocm_stack.vllm_server import VllmServer
 
+from tests.support import tiers
 from tests.support.canary import CanaryTiming
 from tests.support.sidecar import SidecarProcess
 from tests.support.vllm_server import GOOD_MODEL, free_port
@@ -43,6 +44,7 @@ FORGED = [
 
 
 @pytest.fixture(scope="module")
+@tiers.needs("integration", "starts a vLLM CPU server of its own")
 def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path, list[VllmServer]]]:
     """A vLLM server of this module's own (the session's servers must not restart under other tests), with request
     logging on. The list holds every server started on the port; all are stopped at the end, whatever happened."""
