@@ -22,24 +22,6 @@ from tests.support.images import CPU_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 
-CHART_TESTS = REPO / "tests" / "charts"
-KUBE_TESTS = Path(__file__).resolve().parent
-CHART_TESTS_IN_SESSION = pytest.StashKey[bool]()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The dry-run tests apply what the chart tests rendered in this session (helm_chart.RENDERED), so they run after
-    them, whatever order the paths were given in."""
-    in_session = any(CHART_TESTS in Path(str(item.path)).parents for item in items)
-    config.stash[CHART_TESTS_IN_SESSION] = in_session
-    if in_session:
-        items.sort(key=lambda item: KUBE_TESTS in Path(str(item.path)).parents)  # stable: only moves these last
-
-
-@pytest.fixture(scope="session")
-def chart_tests_in_session(request: pytest.FixtureRequest) -> bool:
-    return request.config.stash.get(CHART_TESTS_IN_SESSION, False)
-
 
 def state_dir(prefix: str) -> Path:
     """A new directory in WORK/tmp for one cluster's state (removed after a clean stop, kept after a failed start)."""

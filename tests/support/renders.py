@@ -1,31 +1,22 @@
-"""What the chart tests rendered, as the objects a cluster would receive, and how to apply them.
-
-Under `make test` the chart tests (tests/charts) run first in the same process, and helm_chart.RENDERED holds every
-render helm accepted there. Run on their own (`pytest tests/kube`), the dry-run tests run the chart tests once in a
-child pytest that writes each render to a directory (helm_chart.RENDER_LOG) and read them from there."""
+"""The catalogue's renders (tests/support/chart_values.py) as the objects a cluster would receive, and how to apply
+them: the same value sets in every session, whatever else runs and in whatever order."""
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tests.support import helm_chart
+from tests.support.chart_values import CATALOGUE
 
-REPO = Path(__file__).resolve().parents[2]
 HOOK = "helm.sh/hook"
 
 
 @dataclass
 class Render:
-    test: str  # the first chart test that rendered it
+    name: str  # the catalogue's name of its value set
     docs: list[dict[str, Any]]
 
 
@@ -46,43 +37,15 @@ class Objects:
         self.sources[self._index[key]].append(render)
 
 
-def parse(manifest: str) -> list[dict[str, Any]]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~300 renders of ~100 kB each
-    return [d for d in yaml.load_all(manifest, Loader=loader) if d]
-
-
-def from_session() -> list[Render]:
-    return [Render(test, parse(text)) for text, test in helm_chart.RENDERED.items()]
-
-
-def from_child_pytest(log_dir: Path) -> tuple[list[Render], str]:
-    """Run the chart tests in a child pytest that logs every accepted render; returns them and its summary line."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, helm_chart.RENDER_LOG: str(log_dir)}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            str(REPO / "tests" / "charts"),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-    renders = []
-    for path in sorted(log_dir.glob("*.json")):
-        entry = json.loads(path.read_text())
-        renders.append(Render(entry["test"], parse(entry["manifest"])))
-    return renders, summary
+def catalogue() -> list[Render]:
+    """Every value set of the catalogue, rendered; one the chart refuses fails the caller, naming it."""
+    out = []
+    for name, values in CATALOGUE.items():
+        try:
+            out.append(Render(name, helm_chart.render(values)))
+        except AssertionError as e:
+            raise AssertionError(f"the chart refuses the catalogue's value set {name!r}: {e}") from None
+    return out
 
 
 def in_namespace(doc: dict[str, Any], namespace: str) -> dict[str, Any]:
