@@ -20,8 +20,8 @@ pytest_runtest_setup = tiers.pytest_runtest_setup
 
 @pytest.fixture(scope="session")
 @tiers.needs("integration", "starts a server")
-def server(tmp_path_factory):
-    (tmp_path_factory.getbasetemp().parent / "server-started").touch()
+def server(request):
+    (request.config.rootpath / "server-started").touch()  # this run's directory: what the outer test checks
     return "server"
 
 
@@ -73,7 +73,7 @@ def test_a_test_not_marked_for_its_fixtures_tier_is_refused(suite: pytest.Pytest
             "`server` starts a server (integration). Mark it `@pytest.mark.integration`*"
         ]
     )
-    assert not (suite.path.parent / "server-started").exists(), "the refused test's fixture ran"
+    assert not (suite.path / "server-started").exists(), "the refused test's fixture ran"
 
 
 def test_the_refusal_sees_fixtures_used_through_others(suite: pytest.Pytester) -> None:
@@ -85,6 +85,7 @@ def test_the_refusal_sees_fixtures_used_through_others(suite: pytest.Pytester) -
 def test_a_tier_may_use_its_own_and_lower_tiers_only(suite: pytest.Pytester) -> None:
     result = suite.runpytest("-p", "no:cacheprovider", "-k", "integration or system")
     result.assert_outcomes(passed=2, errors=1)
+    assert (suite.path / "server-started").exists(), "the allowed tests' fixture did not run"
     result.stdout.fnmatch_lines(
         ["*test_integration_with_image is a integration test, but its fixtures need the system tier: `image`*"]
     )
