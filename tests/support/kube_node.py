@@ -707,13 +707,18 @@ class Watch:
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
-        lines: list[str] = []
+        decoder, pending = json.JSONDecoder(), ""
         try:
-            for line in self._proc.stdout:  # indented JSON, one object per event: it ends with a "}" line
-                lines.append(line)
-                if line.rstrip("\n") == "}":
-                    event = json.loads("".join(lines))
-                    lines = []
+            # One JSON object per event: a line each from kubectl 1.36 (compact), several lines if indented. A
+            # prefix of an object never decodes, so an event is taken once it is complete.
+            for line in self._proc.stdout:
+                pending += line
+                while pending.strip():
+                    try:
+                        event, end = decoder.raw_decode(pending.lstrip())
+                    except json.JSONDecodeError:
+                        break
+                    pending = pending.lstrip()[end:]
                     with self._changed:
                         self.events.append(WatchEvent(time.time(), event["type"], event["object"]))
                         self._changed.notify_all()
