@@ -1,4 +1,5 @@
-"""Session-wide fixtures: the real vLLM CPU servers (started once per test session, not per test), the canary
+"""The test tiers (the plugin tests/support/tiers.py: `unit` for an unmarked test, a fixture's tier enforced at
+setup), and session-wide fixtures: the real vLLM CPU servers (started once per test session, not per test), the canary
 baseline recorded on the good one through the real CLI, and the canary timings derived from what one canary run
 measurably takes on this machine now (a busy 2-core CI machine runs it several times slower than an idle one; no
 interval or timeout of a live test is a constant)."""
@@ -14,16 +15,16 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
-from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.proxy import SwitchableProxy
 
+from tests.support import tiers
 from tests.support.canary import CFG, CanaryTiming
 from tests.support.images import build_images
-from tests.support.vllm_server import VLLM_PYTHON, VllmServer, free_port
+from tests.support.vllm_server import BAD_MODEL, GOOD_MODEL, VLLM_PYTHON, VllmServer, free_port
 
-MODELS = WORK / "models"
-GOOD_MODEL = MODELS / "smollm2-135m-instruct"
-BAD_MODEL = MODELS / "smollm2-135m-instruct-perturbed"
+# The tiers' hooks: every test gets its tier (`unit` when unmarked), each checked before its fixtures start.
+pytest_collection_modifyitems = tiers.pytest_collection_modifyitems
+pytest_runtest_setup = tiers.pytest_runtest_setup
 
 
 def _start(model: Path, name: str, tmp: Path) -> VllmServer:
@@ -37,6 +38,7 @@ def _start(model: Path, name: str, tmp: Path) -> VllmServer:
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("integration", "starts the vLLM CPU server")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     """SmolLM2-135M-Instruct on the real vLLM CPU build, --enforce-eager. Its log file is what a sidecar follows."""
     server = _start(GOOD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm"))
@@ -45,6 +47,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("integration", "starts the perturbed vLLM CPU server")
 def vllm_perturbed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     """The same model with seeded weight noise: a real vLLM that returns HTTP 200 with wrong tokens."""
     server = _start(BAD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm-bad"))
@@ -106,7 +109,17 @@ def canary_timing(vllm_server: VllmServer, baseline_file: Path) -> CanaryTiming:
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("system", "builds the images")
 def built_images(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The project's images, built once per session (tests/support/images.py): the container tests run them under
     podman, the cluster tests under a kubelet."""
     return build_images(tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture(scope="session")
+@tiers.needs("integration", "runs the vLLM CPU venv's python")
+def vllm_python() -> Path:
+    """The vLLM CPU venv's interpreter (`make setup-vllm`): the real release's parser, sources and metadata."""
+    if not VLLM_PYTHON.exists():
+        pytest.fail(f"{VLLM_PYTHON} missing: run `make setup-vllm`")
+    return VLLM_PYTHON

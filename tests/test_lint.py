@@ -98,6 +98,32 @@ def test_stdlib_only_packages() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+# How code under tests/ could reach a module by a path of its own instead of `tests.support` (also in a child
+# Python's code string).
+PATH_EDIT = re.compile(r"sys\.path\.(?:insert|append|extend)\(|sys\.path\s*(?:\+=|=(?!=))|addsitedir\(")
+
+
+def test_test_helpers_have_one_home() -> None:
+    """Shared test code lives in tests/support and is imported as `tests.support.<module>` (pyproject's pytest
+    `pythonpath`): no test edits sys.path, and none imports another test module or a conftest."""
+    tests = REPO / "tests"
+    stems = {p.stem for p in tests.rglob("*.py")} - set(sys.stdlib_module_names)
+    wrong = []
+    for path in sorted(tests.rglob("*.py")):
+        rel = path.relative_to(REPO)
+        wrong += [
+            f"{rel}:{n}: edits sys.path"
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if PATH_EDIT.search(line)
+        ]
+        for name in absolute_imports(path):
+            if name.startswith("tests.") and not (name + ".").startswith("tests.support."):
+                wrong.append(f"{rel} imports {name}: shared code belongs in tests/support")
+            elif name.split(".")[0] in stems:
+                wrong.append(f"{rel} imports {name} by a path of its own: import it as tests.support.<module>")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_one_minimum_python() -> None:
     """[project].requires-python is the statement; ruff reads it, and mypy and the tooling package must agree."""
     import tomllib

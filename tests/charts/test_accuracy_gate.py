@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,7 @@ import pytest
 import yaml
 from vllm_rocm_health.canary.baseline import Baseline
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import (  # noqa: E402
+from tests.support.helm_chart import (
     CAPS,
     CHART,
     DEFAULT_MODEL,

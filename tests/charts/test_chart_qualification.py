@@ -20,8 +20,7 @@ from vllm_rocm_core.qualification import load
 from vllm_rocm_health.canary.baseline import Baseline
 from vllm_rocm_stack.config import pinned_versions
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import CHART, baseline_for, helm, with_reference  # noqa: E402
+from tests.support.helm_chart import CHART, baseline_for, helm, with_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0" / "report.json"

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import CHART, ROOT, container, notes, pod_spec, refusals, render, render_error  # noqa: E402
-from test_kubelet_expansion import BASE, REFUSED_ID, _vllm, parse_with_vllm  # noqa: E402
+from tests.support.chart_values import BASE, REFUSED_ID
+from tests.support.helm_chart import CHART, ROOT, container, notes, pod_spec, refusals, render, render_error
+from tests.support.vllm_parser import parse_with_vllm
 
 SETTINGS = yaml.safe_load((CHART / "files" / "vllm-settings.yaml").read_text())
 ENTRYPOINT = "/opt/vllm-rocm/bin/vllm-serve.sh"
@@ -174,13 +174,13 @@ WRAPPED = {
 }
 
 
-@pytest.mark.vllm_venv
-def test_refused_wrappers_would_have_run_what_the_chart_refuses(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_refused_wrappers_would_have_run_what_the_chart_refuses(tmp_path: Path, vllm_python: Path) -> None:
     """Each wrapper with the arguments the chart renders for a configuration it accepts in PIECEWISE and refuses in
     FULL: run for real up to the `vllm` it starts, whose argv the real vLLM parser reads as FULL (or whose
     environment turns AITER off behind aiter.enabled=true). The chart refuses each of these commands; acknowledged,
     it renders them."""
-    python, _ = _vllm()
+    python = vllm_python
     base = dict(BASE)
     assert REFUSED_ID in render_error({**base, "compilation.cudagraphMode": "FULL"})  # a known issue refuses it
     args = container(pod_spec(render(base)), "vllm")["args"]
@@ -204,12 +204,12 @@ def test_refused_wrappers_would_have_run_what_the_chart_refuses(tmp_path: Path) 
             assert parsed[name]["mode"] == "FULL", (name, parsed[name])
 
 
-@pytest.mark.vllm_venv
-def test_the_entrypoint_facts_hold_for_the_venvs_release() -> None:
+@pytest.mark.integration
+def test_the_entrypoint_facts_hold_for_the_venvs_release(vllm_python: Path) -> None:
     """`python -m vllm.entrypoints.cli.main serve` is `vllm serve` (the console script names that module's main, which
     the module runs as __main__); `python -m vllm.entrypoints.openai.api_server` is not: its __main__ never reads the
     positional model (the chart renders the model positionally)."""
-    python, _ = _vllm()
+    python = vllm_python
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         capture_output=True,

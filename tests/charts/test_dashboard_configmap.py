@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_chart import CHART, kinds, render, render_error  # noqa: E402
+from tests.support.helm_chart import CHART, kinds, render, render_error
 
 DASHBOARD = CHART / "files" / "dashboards" / "vllm-rocm.json"
 

@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import (  # noqa: E402
+from vllm_rocm_stack import vllm_release_facts as facts
+from tests.support.helm_chart import (
     CHART,
-    ROOT,
     arg_value,
     container,
     effective,
@@ -33,12 +31,7 @@ from helm_chart import (  # noqa: E402
     render,
     render_error,
 )
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from vllm_rocm_stack import vllm_release_facts as facts  # noqa: E402
-
-from tests.support.vllm_releases import GUARD_RELEASES, release_tree  # noqa: E402
+from tests.support.vllm_releases import GUARD_RELEASES, release_tree
 
 SETTINGS = yaml.safe_load((CHART / "files" / "vllm-settings.yaml").read_text())
 
@@ -797,20 +790,12 @@ print(json.dumps({"version": vllm.__version__, "rows": out}))
 """
 
 
-def _vllm_python() -> Path:
-    from tests.support.vllm_server import VLLM_PYTHON
-
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"{VLLM_PYTHON} missing: run `make setup-vllm`")
-    return VLLM_PYTHON
-
-
-@pytest.mark.vllm_venv
-def test_bypass_table_reaches_the_real_parser(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_bypass_table_reaches_the_real_parser(tmp_path: Path, vllm_python: Path) -> None:
     """Every `real` argument row of the bypass table, appended to the command line the chart renders for the same
     values, changes what the real vLLM parser (the CPU venv's release) hands to the engine: no row is a spelling
     vLLM would not take. The chart refuses each row for that very release."""
-    python = _vllm_python()
+    python = vllm_python
     version = (
         subprocess.run(
             [str(python), "-c", "import vllm; print(vllm.__version__)"],
@@ -860,11 +845,11 @@ def test_bypass_table_reaches_the_real_parser(tmp_path: Path) -> None:
     assert "enforce_eager" in result["rows"]["config-file"]
 
 
-@pytest.mark.vllm_venv
-def test_torch_compile_switches_are_refused() -> None:
+@pytest.mark.integration
+def test_torch_compile_switches_are_refused(vllm_python: Path) -> None:
     """The environment variables with which the venv's torch turns dynamo off or swaps its compile backend
     (torch/_dynamo/config.py): the chart refuses each."""
-    python = _vllm_python()
+    python = vllm_python
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         capture_output=True,

@@ -18,7 +18,6 @@ import json
 import random
 import re
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,7 @@ from vllm_rocm_known_issues import evaluator as ki
 from vllm_rocm_known_issues.pep440 import InvalidVersion, SpecifierSet, Version
 from vllm_rocm_patches import series
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import (  # noqa: E402
+from tests.support.helm_chart import (
     CAPS,
     CHART,
     MODES,
@@ -45,10 +43,7 @@ from helm_chart import (  # noqa: E402
     set_args,
     with_reference,
 )
-from helm_chart import probe_chart as make_probe_chart  # noqa: E402
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tests.support.helm_chart import probe_chart as make_probe_chart
 
 SOURCE = ROOT / "known-issues" / "known-issues.json"
 COPY = CHART / "files" / "known-issues.json"

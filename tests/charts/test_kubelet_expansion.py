@@ -13,25 +13,20 @@ from __future__ import annotations
 import json
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import ROOT, container, effective, kinds, pod_spec, refusals, render, render_error  # noqa: E402
-from test_chart import VALUE_SETS  # noqa: E402
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from tests.support.kubelet_expansion import (  # noqa: E402
+from tests.support.chart_values import BASE, REFUSED_ID, VALUE_SETS
+from tests.support.helm_chart import container, effective, kinds, pod_spec, refusals, render, render_error
+from tests.support.kubelet_expansion import (
     container_env,
     expand,
     expand_container,
     mapping_func_for,
 )
+from tests.support.vllm_parser import parse_with_vllm, release
 
 # --- the expansion itself (the cases of k8s expand_test.go's TestMapReference / TestMapping) --------------------------
 
@@ -198,71 +193,6 @@ def _referenced_names(c: dict[str, Any]) -> set[str]:
 
 # --- the real vLLM parser ---------------------------------------------------------------------------------------------
 
-PARSE = r"""
-import json, sys
-from vllm.entrypoints.cli.serve import ServeSubcommand
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-parser = FlexibleArgumentParser(prog="vllm")
-ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
-out = {}
-for name, argv in json.loads(sys.stdin.read()).items():
-    try:
-        ns = parser.parse_args(argv)
-    except (SystemExit, ValueError):  # vLLM would not start
-        out[name] = None
-        continue
-    # What the engine is handed (EngineArgs.from_cli_args copies these fields; building it would fetch the model).
-    cc = ns.compilation_config
-    mode = getattr(cc, "cudagraph_mode", None) if not isinstance(cc, dict) else cc.get("cudagraph_mode")
-    backend = getattr(ns, "attention_backend", None)
-    if backend is None and getattr(ns, "attention_config", None) is not None:
-        backend = getattr(ns.attention_config, "backend", None)
-    out[name] = {"mode": getattr(mode, "name", None if mode is None else str(mode)), "eager": bool(ns.enforce_eager),
-                 "model": getattr(ns, "model_tag", None) or ns.model, "attention_backend": str(backend)}
-print("RESULT " + json.dumps(out))
-"""
-
-
-def _vllm() -> tuple[Path, str]:
-    from tests.support.vllm_server import VLLM_PYTHON
-
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"{VLLM_PYTHON} missing: run `make setup-vllm`")
-    version = (
-        subprocess.run(
-            [str(VLLM_PYTHON), "-c", "import vllm; print(vllm.__version__)"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    return VLLM_PYTHON, version.split("+", 1)[0]
-
-
-def parse_with_vllm(python: Path, argvs: dict[str, list[str]], tmp: Path) -> dict[str, Any]:
-    """`vllm serve` argument vectors (without the program) through the real release's parser and EngineArgs."""
-    proc = subprocess.run(
-        [str(python), "-c", PARSE],
-        input=json.dumps(argvs),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "VLLM_NO_USAGE_STATS": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "HOME": str(tmp),
-        },
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT ") :])
-
 
 def serve_argv(argv: list[str]) -> list[str]:
     """What `vllm serve` parses, from the container's argv (the image's entrypoint is `vllm serve "$@"`)."""
@@ -270,17 +200,6 @@ def serve_argv(argv: list[str]) -> list[str]:
     return ["serve", *argv[1:]]
 
 
-# A configuration the chart accepts in PIECEWISE and refuses in FULL (known issue mrv2-capture-stream-aiter-splitk:
-# vLLM 0.22-0.28 on MI350/MI355 with AITER on and max_num_seqs above 64 aborts capturing full graphs). The venv's
-# release (0.32) parses the arguments the chart renders for 0.22: the flags involved are the same in both.
-REFUSED_ID = "mrv2-capture-stream-aiter-splitk"
-BASE = {
-    "attentionBackend": "TRITON_ATTN",
-    "compilation.cudagraphMode": "PIECEWISE",
-    "vllm.release": "0.22.1",
-    "rocm.gpuArch": "gfx950",
-    "maxNumSeqs": 65,
-}
 FROM_CONFIGMAP = {"name": "GRAPH", "valueFrom": {"configMapKeyRef": {"name": "tuning", "key": "graph"}}}
 BYPASSES: dict[str, tuple[dict[str, Any], str]] = {
     # (values with `$$(` where the bypass has `$(`, what the ConfigMap holds)
@@ -296,13 +215,13 @@ BYPASSES: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-@pytest.mark.vllm_venv
-def test_a_refused_reference_would_have_run_a_refused_mode(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_a_refused_reference_would_have_run_a_refused_mode(tmp_path: Path, vllm_python: Path) -> None:
     """Each bypass as the chart used to render it (the escaped render with `$$(` turned back into `$(`: the chart
     passes these strings through unchanged), expanded with what the ConfigMap holds, parsed by the real vLLM: it
     runs what the chart refuses (FULL here, or another model). The chart refuses the unescaped values; the escaped
     render reaches vLLM as a literal and runs the judged mode."""
-    python, _ = _vllm()
+    python = vllm_python
     base = dict(BASE)
     assert REFUSED_ID in render_error({**base, "compilation.cudagraphMode": "FULL"})  # FULL is refused
     judged = effective(base)
@@ -339,11 +258,11 @@ def test_a_refused_reference_would_have_run_a_refused_mode(tmp_path: Path) -> No
         assert rendered is None or (rendered["mode"], rendered["eager"]) == ("PIECEWISE", False), (name, rendered)
 
 
-@pytest.mark.vllm_venv
-def test_what_the_chart_renders_runs_the_judged_mode(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_what_the_chart_renders_runs_the_judged_mode(tmp_path: Path, vllm_python: Path) -> None:
     """Value sets the chart accepts, expanded by the kubelet rules and parsed by the real vLLM: the engine gets the
     compilation config and eager flag the chart judged (effective settings)."""
-    python, version = _vllm()
+    python, version = vllm_python, release(vllm_python)
     sets = {
         "default": {},
         "piecewise-triton": BASE,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,8 +30,7 @@ import pytest
 from vllm_rocm_core.qualification import QualificationError, validate
 from vllm_rocm_health.canary.baseline import Baseline, BaselineError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import (  # noqa: E402
+from tests.support.helm_chart import (
     CHART,
     REPORT,
     baseline_for,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,7 @@ import yaml
 from vllm_rocm_health import config as sidecar_config
 from vllm_rocm_health.cli import build_parser
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import (  # noqa: E402
+from tests.support.helm_chart import (
     DEFAULT_MODEL,
     REPORT,
     arg_value,

@@ -5,16 +5,13 @@ from the sidecar's configuration dataclasses, so a change on either side fails h
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from vllm_rocm_health.config import SidecarConfig, _fields
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helm_chart import CHART, arg_value, container, pod_spec, render, render_error  # noqa: E402
+from tests.support.helm_chart import CHART, arg_value, container, pod_spec, render, render_error
 
 # chart value (sidecar.<name>) -> sidecar setting. ZERO_IS_DEFAULT: 0 renders no flag (the sidecar's default); the
 # others are always rendered, and their chart default is the sidecar's default.

@@ -1,35 +1,16 @@
-"""Fixtures for the image tests: paths, tool binaries, private copies of real vLLM release trees, and podman on the
-images the session built (tests/support/images.py, the root conftest's `built_images`)."""
+"""Fixtures for the image tests: private copies of real vLLM release trees, and podman on the images the session built
+(tests/support/images.py, the root conftest's `built_images`). Paths and tools: tests/support/repo.py."""
 
 from __future__ import annotations
 
-import shutil
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from vllm_rocm_stack.images.podman import Podman
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # make `tests.support` importable however pytest was started
-    sys.path.insert(0, str(REPO))
-
-from vllm_rocm_stack.images.podman import Podman  # noqa: E402
-
-from tests.support.vllm_releases import SUPPORTED_VERSIONS, copy_release_tree  # noqa: E402
-
-DOCKER = REPO / "docker"
-BIN = Path(sys.executable).parent  # the project venv: hadolint, shellcheck, ruff live next to python
-DOCKERFILES = sorted(DOCKER.glob("**/Dockerfile*"), key=str)
-DOCKERFILES = [p for p in DOCKERFILES if not p.name.endswith(".dockerignore")]
-VLLM_DOCKERFILES = [p for p in DOCKERFILES if p.parent.name == "vllm-rocm"]
-
-
-def tool(name: str) -> str:
-    """A pinned tool from the venv (or PATH as a fallback); skip-free: a missing tool is a failed test."""
-    found = BIN / name if (BIN / name).exists() else shutil.which(name)
-    assert found, f"{name} is not installed (make setup installs it into .work/venv)"
-    return str(found)
+from tests.support import tiers
+from tests.support.vllm_releases import SUPPORTED_VERSIONS, copy_release_tree
 
 
 @pytest.fixture
@@ -44,6 +25,7 @@ def release_copy(tmp_path: Path) -> Callable[[str], Path]:
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("system", "runs containers with podman")
 def podman(built_images: dict) -> Iterator[Podman]:
     """podman with the image builds' storage (vllm_rocm_stack.images.podman). Skipped, with what failed, only where
     this machine refuses to run a container; a missing tool is a failure. Whatever a test leaves (containers,

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from vllm_rocm_stack import generate
 
-from tests.docker.conftest import DOCKER, REPO
+from tests.support.repo import DOCKER, REPO
 from tests.support.venvs import make_venv
 from tests.support.vllm_releases import AITER_FA, SUPPORTED_VERSIONS, tree_snapshot
 
 SCRIPT = DOCKER / "scripts" / "apply-patches.sh"
-sys.path.insert(0, str(DOCKER / "scripts"))
-import gen_bake  # noqa: E402
+gen_bake = generate.gen_bake()
 
 SPECS = {s.release: s for s in gen_bake.load_matrix()[1]}
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.docker.conftest import DOCKER, REPO
+from tests.support.repo import DOCKER, REPO
 from tests.support.vllm_releases import SUPPORTED_VERSIONS
 
 BAKE = DOCKER / "docker-bake.hcl"

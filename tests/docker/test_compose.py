@@ -21,52 +21,18 @@ import pytest
 import yaml
 from vllm_rocm_stack.config import pinned_versions
 
-from tests.docker.conftest import DOCKER, REPO, tool
+from tests.support.compose import interpolate, interpolated, podman_compose, schema_check
+from tests.support.repo import DOCKER, REPO, tool
 
 COMPOSE = DOCKER / "compose.yaml"
 PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
 ALERTMANAGER = DOCKER / "alertmanager" / "alertmanager.yml"
 RULES = REPO / "charts" / "vllm-rocm" / "files" / "alerts.rules.yaml"
-INTERP = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
-
-
-def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's ${V}, ${V:-default} and ${V:?error} (an unset required variable is compose's error)."""
-
-    def one(m: re.Match) -> str:
-        name, op, arg = m.group(1), m.group(2) or "", m.group(3) or ""
-        if env.get(name):
-            return env[name]
-        if op.endswith("?"):
-            raise ValueError(f"{name}: {arg}")
-        return arg
-
-    return INTERP.sub(one, text)
-
-
-def _interpolated(node: object, env: dict[str, str]) -> object:
-    if isinstance(node, str):
-        return interpolate(node, env)
-    if isinstance(node, list):
-        return [_interpolated(x, env) for x in node]
-    if isinstance(node, dict):
-        return {k: _interpolated(v, env) for k, v in node.items()}
-    return node
 
 
 def load(env: dict[str, str] | None = None) -> dict:
     """As compose reads it: YAML first, then ${VAR} in string values (a substituted value stays a string)."""
-    return _interpolated(yaml.safe_load(COMPOSE.read_text()), env or {})  # type: ignore[return-value]
-
-
-def schema_check(path: Path) -> None:
-    res = subprocess.run(
-        [tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
+    return interpolated(yaml.safe_load(COMPOSE.read_text()), env or {})  # type: ignore[return-value]
 
 
 def test_compose_matches_the_compose_spec(tmp_path: Path) -> None:
@@ -184,16 +150,6 @@ def test_alertmanager_is_optional_and_wired_to_prometheus() -> None:
     targets = [t for a in config["alerting"]["alertmanagers"] for s in a["static_configs"] for t in s["targets"]]
     assert targets == [f"alertmanager:{port}"]
     assert prom["depends_on"]["alertmanager"]["condition"] == "service_started"
-
-
-def podman_compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [tool("podman-compose"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": os.environ["PATH"], **(env or {})},
-    )
 
 
 @pytest.mark.parametrize("profile", [[], ["--profile", "monitoring"]], ids=["default", "monitoring"])

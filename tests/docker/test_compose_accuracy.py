@@ -18,9 +18,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.docker.conftest import DOCKER
-from tests.docker.test_compose import podman_compose, schema_check
 from tests.support.canary import make_baseline
+from tests.support.compose import podman_compose, schema_check
+from tests.support.repo import DOCKER
 from tests.support.vllm_server import free_port
 
 BASE = DOCKER / "compose.yaml"

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from vllm_rocm_stack.vllm_server import VLLM_PYTHON
 
-from tests.docker.conftest import DOCKER, REPO
-from tests.docker.test_compose import _interpolated, interpolate, podman_compose, schema_check
+from tests.support.compose import interpolate, interpolated, podman_compose, schema_check
+from tests.support.repo import DOCKER, REPO
 
 OVERLAY = DOCKER / "compose.qualified.yaml"
 BASE = DOCKER / "compose.yaml"
@@ -24,7 +23,7 @@ ENV = {"QUALIFICATION_REPORT": str(REPORT), "VLLM_MODEL": "smollm2-135m-instruct
 
 
 def load(env: dict[str, str]) -> dict:
-    return _interpolated(yaml.safe_load(OVERLAY.read_text()), env)  # type: ignore[return-value]
+    return interpolated(yaml.safe_load(OVERLAY.read_text()), env)  # type: ignore[return-value]
 
 
 def mounts(service: dict) -> dict[str, str]:
@@ -105,17 +104,16 @@ def test_gate_passes_the_recommended_mode_and_refuses_the_failed_one(tmp_path: P
     assert other.returncode == 1 and "qualify this model" in other.stderr
 
 
-def test_vllm_reads_the_mode_from_the_gates_config_file(tmp_path: Path) -> None:
+@pytest.mark.integration
+def test_vllm_reads_the_mode_from_the_gates_config_file(tmp_path: Path, vllm_python: Path) -> None:
     """vLLM's own --config reader (the CPU build's, 0.32) turns the file into the flag the gate meant."""
-    if not VLLM_PYTHON.exists():
-        pytest.skip(f"{VLLM_PYTHON} is missing: run `make setup-vllm` (make test does it)")
     assert run_gate(tmp_path, ENV).returncode == 0
     code = (
         "import json, sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
         "print(json.dumps(FlexibleArgumentParser().load_config_file(sys.argv[1])))"
     )
     res = subprocess.run(
-        [str(VLLM_PYTHON), "-c", code, str(tmp_path / "vllm.yaml")], capture_output=True, text=True, timeout=300
+        [str(vllm_python), "-c", code, str(tmp_path / "vllm.yaml")], capture_output=True, text=True, timeout=300
     )
     assert res.returncode == 0, res.stderr[-2000:]
     flags = json.loads(res.stdout.strip().splitlines()[-1])

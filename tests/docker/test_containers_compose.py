@@ -38,6 +38,7 @@ from vllm_rocm_stack.images.podman import Podman
 from vllm_rocm_stack.images.standin import StandIns, cpu_release
 from vllm_rocm_stack.prometheus import rules_with_for
 
+from tests.support import tiers
 from tests.support.http import get
 from tests.support.images import CPU_TARGET
 from tests.support.vllm_server import free_port
@@ -61,7 +62,7 @@ START_TIMEOUT = 900
 ALERT_FOR = "15s"
 GROUP_TIMING = "5s"
 
-pytestmark = [pytest.mark.live, pytest.mark.slow]
+pytestmark = pytest.mark.system
 
 
 class Stack:
@@ -160,6 +161,7 @@ def monitoring_images(podman: Podman) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+@tiers.needs("system", "starts the compose stack under podman")
 def stack(
     podman: Podman, built_images: dict, monitoring_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:

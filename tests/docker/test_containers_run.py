@@ -36,7 +36,7 @@ SERVED = "smollm2-135m-instruct"
 # A vLLM start on 2 busy cores took ~1-3 min; this bounds a start that will not come.
 START_TIMEOUT = 900
 
-pytestmark = [pytest.mark.live, pytest.mark.slow]
+pytestmark = pytest.mark.system
 
 
 def commands(text: str, inline: bool = True) -> list[str]:

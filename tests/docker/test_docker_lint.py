@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.conftest import DOCKER, DOCKERFILES, REPO, tool
+from tests.support.repo import DOCKER, DOCKERFILES, REPO, tool
 
 LEVELS = ["style", "info", "warning", "error"]  # hadolint's severities, lowest first
 

@@ -9,24 +9,20 @@ vLLM Dockerfiles agree with releases.json and the patch series.
 from __future__ import annotations
 
 import fnmatch
-import io
 import re
 import shlex
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from dockerfile_parse import DockerfileParser
+from vllm_rocm_stack import generate
 
-from tests.docker.conftest import DOCKER, DOCKERFILES, REPO, VLLM_DOCKERFILES
+from tests.support.dockerfiles import VAR, Parsed, parse, resolve, stage_values
+from tests.support.repo import DOCKER, DOCKERFILES, REPO, VLLM_DOCKERFILES
 
-sys.path.insert(0, str(DOCKER / "scripts"))
-import gen_bake  # noqa: E402
+gen_bake = generate.gen_bake()
 
 IDS = {"ids": lambda p: str(p.relative_to(REPO))}
 PINNED = re.compile(r"^[a-z0-9./-]+:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}$")
-VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 OCI_LABELS = {
     "org.opencontainers.image.base.name",
     "org.opencontainers.image.base.digest",
@@ -40,53 +36,6 @@ VLLM_LABELS = {"io.vllm-rocm.vllm-release", "io.vllm-rocm.patch-series", "io.vll
 _DEFAULT, _SPECS = gen_bake.load_matrix()
 REQUIRED_ARGS: set[str] = set() if next(s for s in _SPECS if s.release == _DEFAULT).base_digest else {"BASE_DIGEST"}
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
-
-
-@dataclass
-class Stage:
-    base: str
-    args: dict[str, str | None] = field(default_factory=dict)
-    env: set[str] = field(default_factory=set)
-    instructions: list[dict] = field(default_factory=list)
-
-
-@dataclass
-class Parsed:
-    path: Path
-    global_args: dict[str, str | None]
-    stages: list[Stage]
-    lines: list[str]
-
-
-def parse(path: Path) -> Parsed:
-    # fileobj: given a path, dockerfile-parse treats a name other than "Dockerfile" as a directory
-    structure = DockerfileParser(fileobj=io.BytesIO(path.read_bytes())).structure
-    global_args: dict[str, str | None] = {}
-    stages: list[Stage] = []
-    for ins in structure:
-        name, value = ins["instruction"], ins["value"]
-        if name == "FROM":
-            stages.append(Stage(base=value.split()[0]))
-            continue
-        if name == "ARG":
-            key, _, default = value.partition("=")
-            (stages[-1].args if stages else global_args)[key.strip()] = default.strip().strip('"') if _ else None
-        if not stages:
-            continue
-        if name == "ENV":
-            stages[-1].env |= {tok.split("=", 1)[0] for tok in shlex.split(value) if "=" in tok}
-        stages[-1].instructions.append(ins)
-    return Parsed(path, global_args, stages, path.read_text().splitlines())
-
-
-def resolve(text: str, values: dict[str, str | None]) -> str:
-    return VAR.sub(lambda m: values.get(m.group(1)) or "", text.replace("${", "$").replace("}", ""))
-
-
-def stage_values(p: Parsed, stage: Stage) -> dict[str, str | None]:
-    values = dict(p.global_args)
-    values.update({k: v if v is not None else p.global_args.get(k) for k, v in stage.args.items()})
-    return values
 
 
 def test_vllm_and_health_dockerfiles_found() -> None:

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from vllm_rocm_stack.health_lock import canonical, closure, entries
 
-from tests.docker.conftest import DOCKER, REPO
+from tests.support.repo import DOCKER, REPO
 
 RUNTIME = DOCKER / "health" / "requirements.lock"
 BUILD = DOCKER / "health" / "build-requirements.lock"

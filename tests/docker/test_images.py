@@ -19,6 +19,7 @@ import base64
 import csv
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import struct
@@ -32,12 +33,13 @@ from vllm_rocm_stack.images import bake
 from vllm_rocm_stack.images.build import Builder, base_args, store_lock
 from vllm_rocm_stack.images.buildah import Buildah, BuildFailed
 
-from tests.docker.conftest import REPO
-from tests.docker.test_dockerfiles import Parsed, parse, resolve, stage_values
 from tests.support import product_wheel
+from tests.support.dockerfiles import Parsed, parse, resolve, stage_values
 from tests.support.images import BUILD_TIMEOUT, CPU_TARGET
+from tests.support.repo import REPO
 
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)  # the first test to ask for the images waits for the build
+# The first test to ask for the images waits for the build.
+pytestmark = [pytest.mark.system, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
 
 VLLM_DOCKERFILE = "docker/vllm-rocm/Dockerfile"
 HEALTH_DOCKERFILE = "docker/health/Dockerfile"
@@ -450,15 +452,15 @@ def series_sha256(patches: Path, release: str) -> str:
         [
             "python3",
             "-c",
-            "import sys; sys.path.insert(0, sys.argv[1]); from vllm_rocm_patches "
-            "import series; print(series.load(sys.argv[2]).releases[sys.argv[3]].sha256)",
-            str(patches / "src"),
+            "import sys; from vllm_rocm_patches import series; "
+            "print(series.load(sys.argv[1]).releases[sys.argv[2]].sha256)",
             str(patches),
             release,
         ],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PYTHONPATH": str(patches / "src")},  # that copy's tool, not the caller's
     )
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()

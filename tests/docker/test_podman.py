@@ -9,6 +9,8 @@ import pytest
 from vllm_rocm_stack.images import podman as podman_module
 from vllm_rocm_stack.images.podman import Podman
 
+pytestmark = pytest.mark.system
+
 
 @pytest.fixture
 def health_image(built_images: dict) -> str:

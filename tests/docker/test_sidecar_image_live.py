@@ -24,12 +24,12 @@ from vllm_rocm_stack.proxy import SwitchableProxy
 from vllm_rocm_stack.sidecar_process import free_port, get
 from vllm_rocm_stack.vllm_server import VllmServer
 
-from tests.docker.conftest import DOCKER
 from tests.support.canary import CanaryTiming
 from tests.support.docker_shim import services
 from tests.support.images import BUILD_TIMEOUT
+from tests.support.repo import DOCKER
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT + 600)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(BUILD_TIMEOUT + 600)]
 
 HEALTH_DOCKERFILE = "docker/health/Dockerfile"
 START_TIMEOUT = 60.0  # the sidecar answers /healthz in ~1 s; this only bounds a hang

@@ -6,7 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.docker.conftest import DOCKER
+from tests.support.repo import DOCKER
 
 SCRIPT = DOCKER / "scripts" / "vllm-serve.sh"
 

@@ -10,40 +10,17 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vllm_rocm_stack.config import WORK
+
+from tests.support import kube, kube_node, tiers
+from tests.support.images import CPU_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
-for path in (REPO, REPO / "tests" / "charts"):  # `tests.support` and the chart tests' helm_chart, however started
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from vllm_rocm_stack.config import WORK  # noqa: E402
-
-from tests.support import kube, kube_node  # noqa: E402
-from tests.support.images import CPU_TARGET  # noqa: E402
-
-CHART_TESTS = REPO / "tests" / "charts"
-KUBE_TESTS = Path(__file__).resolve().parent
-CHART_TESTS_IN_SESSION = pytest.StashKey[bool]()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The dry-run tests apply what the chart tests rendered in this session (helm_chart.RENDERED), so they run after
-    them, whatever order the paths were given in."""
-    in_session = any(CHART_TESTS in Path(str(item.path)).parents for item in items)
-    config.stash[CHART_TESTS_IN_SESSION] = in_session
-    if in_session:
-        items.sort(key=lambda item: KUBE_TESTS in Path(str(item.path)).parents)  # stable: only moves these last
-
-
-@pytest.fixture(scope="session")
-def chart_tests_in_session(request: pytest.FixtureRequest) -> bool:
-    return request.config.stash.get(CHART_TESTS_IN_SESSION, False)
 
 
 def state_dir(prefix: str) -> Path:
@@ -53,6 +30,7 @@ def state_dir(prefix: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("system", "starts etcd and kube-apiserver")
 def control_plane() -> Iterator[kube.ControlPlane]:
     """etcd + kube-apiserver on loopback, started once per session; its state lives in WORK/tmp/kube-* and is removed
     afterwards (kept, and named in the failure, when it did not start)."""
@@ -83,6 +61,7 @@ def crds(control_plane: kube.ControlPlane) -> list[str]:
 
 
 @pytest.fixture(scope="session")
+@tiers.needs("system", "starts a single-node Kubernetes cluster")
 def node_cluster(built_images: dict) -> Iterator[kube_node.NodeCluster]:
     """A single-node cluster (tests/support/kube_node.py) with the session's vLLM CPU image and sidecar image in its
     containerd, started once per session in a network namespace of its own; everything it made is removed afterwards,

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import helm_chart
 import pytest
-import renders
 
-from tests.support import kube
+from tests.support import helm_chart, kube, renders
+
+pytestmark = pytest.mark.system
 
 NS = "llm-edited"
 # A configuration the chart refuses in FULL (README: FULL with AITER FA on an unpatched 0.10.2, vllm#25104: silently

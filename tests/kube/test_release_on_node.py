@@ -11,7 +11,10 @@ digest, as the README tells users) into the single-node cluster (tests/support/k
   status` says so, the PodDisruptionBudget refuses to evict the last right pod, and `helm rollback` restores it.
 
 The node has no GPU: it advertises `amd.com/gpu` as an extended resource (what the AMD device plugin does) because the
-chart always requests one; the CPU build of vLLM serves without it. The tests run in order, on one release."""
+chart always requests one; the CPU build of vLLM serves without it. The tests share one release; each starts from it
+installed and serving (the `serving` fixture puts it back), whatever the test before left. The Service's
+EndpointSlices and the server pods are judged from the API server's watch (every change, in order), not from samples:
+"the endpoint never left the Service" is what the API server said, not what two samples happened to miss."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +36,7 @@ from vllm_rocm_stack.config import WORK
 
 from tests.support.canary import CFG, CanaryTiming
 from tests.support.images import CPU_TARGET
-from tests.support.kube_node import NODE, NodeCluster
+from tests.support.kube_node import NODE, NodeCluster, Watch, WatchEvent
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "vllm-rocm"
@@ -40,6 +44,8 @@ HELM = WORK / "bin" / "helm"
 NS = "serve"
 RELEASE = "llm"
 FULLNAME = f"{RELEASE}-vllm-rocm"
+SERVER = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=server"  # the release's server pods
+SLICES = f"kubernetes.io/service-name={FULLNAME}"  # the Service's EndpointSlices
 SERVED = "smollm2-135m-instruct"
 GOOD = f"/models/{SERVED}"
 BAD = f"/models/{SERVED}-perturbed"
@@ -48,7 +54,7 @@ BAD = f"/models/{SERVED}-perturbed"
 START_TIMEOUT = 900
 # Greedy completions this long tell the perturbed model from the right one (it often still gets a short sum right).
 MAX_TOKENS = 16
-pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(3600)]
 
 
 def helm(
@@ -64,23 +70,13 @@ class Pods:
         self.c = cluster
 
     def list(self) -> list[dict[str, Any]]:
-        items = self.c.get(
-            "pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=server"
-        )
-        return [p for p in items["items"] if not p["metadata"].get("deletionTimestamp")]
+        return [
+            p for p in self.c.get("pods", "-n", NS, "-l", SERVER)["items"] if not p["metadata"].get("deletionTimestamp")
+        ]
 
     @staticmethod
     def ready(pod: dict[str, Any]) -> bool:
         return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
-
-    def endpoints(self) -> dict[str, bool]:
-        """pod name -> ready, from the Service's EndpointSlices (what kube-proxy routes to)."""
-        slices = self.c.get("endpointslices", "-n", NS, "-l", f"kubernetes.io/service-name={FULLNAME}")["items"]
-        return {
-            e["targetRef"]["name"]: bool(e.get("conditions", {}).get("ready"))
-            for s in slices
-            for e in s.get("endpoints") or []
-        }
 
     def metrics(self, pod: dict[str, Any]) -> dict[str, float]:
         ip = pod["status"].get("podIP")
@@ -104,6 +100,48 @@ class Pods:
 
 def canary_passes(metrics: dict[str, float]) -> float:
     return metrics.get('vllm_canary_runs_total{outcome="pass"}', 0.0)
+
+
+def watches(cluster: NodeCluster) -> tuple[Watch, Watch]:
+    """The Service's EndpointSlices (what kube-proxy routes to) and the release's server pods, watched."""
+    return cluster.watch("endpointslices", "-n", NS, "-l", SLICES), cluster.watch("pods", "-n", NS, "-l", SERVER)
+
+
+def states(events: list[WatchEvent]) -> list[dict[str, dict[str, Any]]]:
+    """The watched objects, by name, after each event."""
+    current: dict[str, dict[str, Any]] = {}
+    out = []
+    for event in events:
+        name = event.obj["metadata"]["name"]
+        if event.type == "DELETED":
+            current.pop(name, None)
+        else:
+            current[name] = event.obj
+        out.append(dict(current))
+    return out
+
+
+def in_service(slices: dict[str, dict[str, Any]], pod: str) -> bool:
+    """Whether the EndpointSlices route to `pod`: its endpoint is there and ready."""
+    return any(
+        (e.get("targetRef") or {}).get("name") == pod and bool((e.get("conditions") or {}).get("ready"))
+        for s in slices.values()
+        for e in s.get("endpoints") or []
+    )
+
+
+def live(pods: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {n: p for n, p in pods.items() if not p["metadata"].get("deletionTimestamp")}
+
+
+def vllm_status(pod: dict[str, Any]) -> dict[str, Any]:
+    return next((s for s in pod["status"].get("containerStatuses", []) if s["name"] == "vllm"), {})
+
+
+def listed(watch: Watch, pod: str) -> int:
+    """Wait for the watch's starting list to show `pod` in the Service; the number of events it took (the judged
+    history starts with the state after them)."""
+    return watch.wait(lambda ev: len(ev) if ev and in_service(states(ev)[-1], pod) else 0, 120, f"{pod} listed")
 
 
 def service_ip(cluster: NodeCluster) -> str:
@@ -229,45 +267,84 @@ def release(
     canary_timing: CanaryTiming,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Any]]:
-    """`helm install`, then watch every half second until the pod is Ready: the timeline of endpoint readiness and
-    canary passes is what the first test judges."""
+    """`helm install`, watched from before it starts until the pod is in the Service: the EndpointSlice and pod
+    histories, and the sidecar's canary passes at the moment the pod joined, are what the first test judges."""
     tmp = tmp_path_factory.mktemp("release")
     vals = values(cluster, built_images, baseline_file, canary_timing)
     (tmp / "values.yaml").write_text(yaml.safe_dump(vals))
-    helm(cluster, "install", RELEASE, str(CHART), "-n", NS, "-f", str(tmp / "values.yaml"))
     pods = Pods(cluster)
-    timeline: list[dict[str, Any]] = []
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        current = pods.list()
-        eps = pods.endpoints()  # endpoints first, metrics after: a ready endpoint must already show a pass
-        sample = {"t": time.monotonic(), "endpoints": eps, "pods": {}}
-        for p in current:
-            statuses = {s["name"]: s for s in p["status"].get("containerStatuses", [])}
-            sample["pods"][p["metadata"]["name"]] = {
-                "ready": Pods.ready(p),
-                "vllm_started": bool(statuses.get("vllm", {}).get("started")),
-                "passes": canary_passes(pods.metrics(p)),
-            }
-        timeline.append(sample)
-        if any(eps.values()):
-            break
-        time.sleep(0.5)
-    else:
-        pod = (pods.list() or [{}])[0]
-        logs = cluster.kubectl(
-            "logs", "-n", NS, pod.get("metadata", {}).get("name", "none"), "--all-containers", "--tail=40", check=False
-        )
-        pytest.fail(f"not Ready within {START_TIMEOUT} s; last sample {timeline[-1:]}\n{logs.stdout}{logs.stderr}")
-    yield {"timeline": timeline, "values": vals, "tmp": tmp}
+    slices, server_pods = watches(cluster)
+    with slices, server_pods:
+        helm(cluster, "install", RELEASE, str(CHART), "-n", NS, "-f", str(tmp / "values.yaml"))
+
+        def joined(events: list[WatchEvent]) -> str | None:
+            return next((name for name in live(states(server_pods.events)[-1] if server_pods.events else {})
+                         if events and in_service(states(events)[-1], name)), None)  # fmt: skip
+
+        try:
+            name = slices.wait(joined, START_TIMEOUT, "the installed pod in the Service", poll=1.0)
+        except AssertionError as e:
+            pod = (pods.list() or [{}])[0]
+            logs = cluster.kubectl(
+                "logs", "-n", NS, pod.get("metadata", {}).get("name", "none"), "--all-containers", "--tail=40",
+                check=False,
+            )  # fmt: skip
+            pytest.fail(f"{e}\n{logs.stdout}{logs.stderr}")
+        passes = canary_passes(pods.metrics(states(server_pods.events)[-1][name]))  # at once: the pass it joined on
+        install = {
+            "pod": name,
+            "passes_when_joined": passes,
+            "slices": list(slices.events),
+            "pods": list(server_pods.events),
+        }
+    yield {"install": install, "values": vals, "tmp": tmp}
     helm(cluster, "uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s", check=False)
 
 
-def test_pod_joins_the_service_only_after_its_canary_passed(cluster: NodeCluster, release: dict[str, Any]) -> None:
-    timeline = release["timeline"]
-    pods = Pods(cluster)
-    [pod] = pods.list()
-    name = pod["metadata"]["name"]
+@dataclass
+class Serving:
+    pod: str  # the one server pod, Ready and in the Service
+    base: str  # the Service's address
+
+
+@pytest.fixture
+def serving(cluster: NodeCluster, release: dict[str, Any]) -> Serving:
+    """The release as installed, serving, whatever the test before left: rolled back to the installed values if a test
+    left others, one server pod Ready and in the Service, and a completion answered through the Service's address
+    (kube-proxy programs it after the EndpointSlice changes: the first tries may be refused)."""
+    got = json.loads(helm(cluster, "get", "values", RELEASE, "-n", NS, "-o", "json").stdout)
+    if got != release["values"]:
+        helm(cluster, "rollback", RELEASE, "1", "-n", NS, "--wait", "--timeout", f"{START_TIMEOUT}s",
+             timeout=START_TIMEOUT + 60)  # fmt: skip
+    slices, server_pods = watches(cluster)
+    with slices, server_pods:
+
+        def one_serving(events: list[WatchEvent]) -> str | None:
+            pods = live(states(server_pods.events)[-1]) if server_pods.events else {}
+            if len(pods) != 1 or not events:
+                return None
+            [(name, pod)] = pods.items()
+            return name if Pods.ready(pod) and in_service(states(events)[-1], name) else None
+
+        name = slices.wait(one_serving, START_TIMEOUT, "one server pod, Ready and in the Service", poll=1.0)
+    base = f"http://{service_ip(cluster)}:8000"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            assert complete(cluster, base, "2+2=")
+            return Serving(name, base)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def test_pod_joins_the_service_only_after_its_canary_passed(
+    cluster: NodeCluster, release: dict[str, Any], serving: Serving
+) -> None:
+    install = release["install"]
+    name = install["pod"]
+    pod = cluster.get("pod", "-n", NS, name)
     # The pod's readiness is the sidecar's /readyz, and nothing else: the vLLM container has no readiness probe.
     spec = {c["name"]: c for c in pod["spec"]["containers"]}
     assert "readinessProbe" not in spec["vllm"]
@@ -276,38 +353,34 @@ def test_pod_joins_the_service_only_after_its_canary_passed(cluster: NodeCluster
         f"{release['values']['image']['repository']}@{release['values']['image']['digest']}",
         f"{release['values']['sidecar']['image']['repository']}@{release['values']['sidecar']['image']['digest']}",
     ]
-    # vLLM answered /health (its startup probe passed) while the pod was still out of the Service: the canary gate.
-    waiting = [s for s in timeline if s["pods"].get(name, {}).get("vllm_started") and not s["endpoints"].get(name)]
-    assert waiting, f"never saw vLLM started before the endpoint was ready: {timeline[-3:]}"
-    first_ready = next(s for s in timeline if s["endpoints"].get(name))
-    assert first_ready["pods"][name]["passes"] >= 1, f"endpoint ready before any canary pass: {first_ready}"
-    assert all(not s["endpoints"].get(name) for s in timeline if s["pods"].get(name, {}).get("passes", 0) < 1)
-    print(f"\nvLLM up, pod out of the Service for {len(waiting) * 0.5:.0f}+ s until the canary passed")
-    # And it serves through the Service (kube-proxy's VIP lags the EndpointSlice by up to ~1 s).
-    base = f"http://{service_ip(cluster)}:8000"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            assert complete(cluster, base, "2+2=")
-            break
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+    # The first state of the EndpointSlices that routes to the pod (the watch's history: none before it did).
+    joined = next(e for e, s in zip(install["slices"], states(install["slices"]), strict=True) if in_service(s, name))
+    # vLLM answered /health (its startup probe passed) while the pod was still not Ready, so out of the Service:
+    # the canary gate. The pod's history, as the API server recorded it.
+    waiting = [
+        e for e, s in zip(install["pods"], states(install["pods"]), strict=True)
+        if name in s and vllm_status(s[name]).get("started") and not Pods.ready(s[name])
+    ]  # fmt: skip
+    assert waiting, f"never saw vLLM started while the pod was not Ready: {[e.type for e in install['pods']]}"
+    # The sidecar's canary passes, read the moment the watch showed the pod in the Service.
+    assert install["passes_when_joined"] >= 1, f"in the Service before any canary pass: {install['passes_when_joined']}"
+    print(f"\nvLLM up, pod out of the Service for {joined.arrived - waiting[0].arrived:.0f} s until the canary passed")
+    # And it serves through the Service (the fixture waited for kube-proxy's rules).
+    assert complete(cluster, serving.base, "2+2=")
 
 
-def test_helm_test_passes(cluster: NodeCluster, release: dict[str, Any]) -> None:
+def test_helm_test_passes(cluster: NodeCluster, serving: Serving) -> None:
     r = helm(cluster, "test", RELEASE, "-n", NS, "--logs", "--timeout", "300s", timeout=360, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "vllm_canary_passing: 1.0" in r.stdout, r.stdout
     assert re.search(r"readyz: 200", r.stdout), r.stdout
 
 
-def test_sidecar_follows_vllm_log_through_the_api(cluster: NodeCluster, release: dict[str, Any]) -> None:
+def test_sidecar_follows_vllm_log_through_the_api(cluster: NodeCluster, serving: Serving) -> None:
     """The sidecar's Kubernetes log source, with the chart's ServiceAccount and Role: it read vLLM's own lines (the
     engine's mode and version come only from there) and reported on its pod with Events."""
-    [pod] = Pods(cluster).list()
-    name = pod["metadata"]["name"]
+    name = serving.pod
+    pod = cluster.get("pod", "-n", NS, name)
     logs = cluster.kubectl("logs", "-n", NS, name, "-c", "health").stdout
     assert "403" not in logs and "Forbidden" not in logs, logs[-2000:]
     metrics = Pods(cluster).metrics(pod)
@@ -321,7 +394,7 @@ def test_sidecar_follows_vllm_log_through_the_api(cluster: NodeCluster, release:
     )
 
 
-def sidecar_probe_pod(cluster: NodeCluster, release: dict[str, Any], name: str, account: str, target: str) -> str:
+def sidecar_probe_pod(cluster: NodeCluster, name: str, account: str, target: str) -> str:
     """A pod running only the chart's sidecar container, as `account`, told (POD_NAME) to follow `target`'s vLLM log:
     what the sidecar can do with that account's grants, without starting another vLLM. Returns its log once it has
     tried (its /readyz answered, or it exited)."""
@@ -360,12 +433,11 @@ def sidecar_probe_pod(cluster: NodeCluster, release: dict[str, Any], name: str, 
     return logs + "\n/readyz: " + readyz
 
 
-def test_each_rule_of_the_chart_rbac_is_needed(cluster: NodeCluster, release: dict[str, Any]) -> None:
+def test_each_rule_of_the_chart_rbac_is_needed(cluster: NodeCluster, serving: Serving) -> None:
     """With the chart's ServiceAccount the sidecar reads the server's log; with an account bound to the chart's Role
     minus one rule, or to nothing, it fails, and says so in its log and /readyz."""
-    [server] = Pods(cluster).list()
-    target = server["metadata"]["name"]
-    ok = sidecar_probe_pod(cluster, release, "rbac-chart", FULLNAME, target)
+    target = serving.pod
+    ok = sidecar_probe_pod(cluster, "rbac-chart", FULLNAME, target)
     assert "403" not in ok and "Forbidden" not in ok, ok[-3000:]
     role = next(
         d
@@ -395,7 +467,7 @@ def test_each_rule_of_the_chart_rbac_is_needed(cluster: NodeCluster, release: di
             ],  # fmt: skip
             NS,
         )
-        out = sidecar_probe_pod(cluster, release, f"rbac-minus-{i}", account, target)
+        out = sidecar_probe_pod(cluster, f"rbac-minus-{i}", account, target)
         failures[json.dumps(rule)] = out
         # The first call the sidecar makes without the grant, named as the API server names it.
         verb, resource = (rule["verbs"][0], rule["resources"][0]) if rule else ("get", "pods")
@@ -404,78 +476,68 @@ def test_each_rule_of_the_chart_rbac_is_needed(cluster: NodeCluster, release: di
         print(f"\nwithout {rule_text}: {[ln for ln in out.splitlines() if 'HTTP 403' in ln][:1]}")
 
 
-def watch(cluster: NodeCluster, until: Any, timeout: float, what: str) -> list[dict[str, Any]]:
-    """Samples (endpoints, then each server pod's readiness, vLLM container state and canary passes) every half second
-    until `until(sample)` holds; the timeline is what the tests judge."""
-    pods = Pods(cluster)
-    timeline: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        eps = pods.endpoints()
-        sample: dict[str, Any] = {"t": round(time.monotonic(), 1), "endpoints": eps, "pods": {}}
-        for p in pods.list():
-            statuses = {s["name"]: s for s in p["status"].get("containerStatuses", [])}
-            m = pods.metrics(p)
-            sample["pods"][p["metadata"]["name"]] = {
-                "ready": Pods.ready(p),
-                "vllm_started": bool(statuses.get("vllm", {}).get("started")),
-                "restarts": statuses.get("vllm", {}).get("restartCount", 0),
-                "passes": canary_passes(m),
-                "fails": m.get('vllm_canary_runs_total{outcome="fail"}', 0.0),
-                "last_pass": m.get("vllm_canary_last_success_timestamp_seconds", 0.0),
-                "vllm_started_at": started_at(statuses.get("vllm", {})),
-            }
-        timeline.append(sample)
-        if until(sample):
-            return timeline
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s; last samples {timeline[-3:]}")
-
-
 def started_at(status: dict[str, Any]) -> float:
     """Unix time the container's current instance started (the kubelet's RFC 3339 `startedAt`, whole seconds)."""
     text = status.get("state", {}).get("running", {}).get("startedAt")
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else 0.0
 
 
-def test_killed_engine_leaves_the_service_until_its_canary_passes(
-    cluster: NodeCluster, release: dict[str, Any]
+def test_killed_engine_leaves_the_service_until_its_canary_passes(cluster: NodeCluster, serving: Serving) -> None:
+    pods = Pods(cluster)
+    name = serving.pod
+    pod = cluster.get("pod", "-n", NS, name)
+    cid, restarts = vllm_status(pod)["containerID"], vllm_status(pod).get("restartCount", 0)
+    before = canary_passes(pods.metrics(pod))
+
+    def restarted(p: dict[str, Any]) -> bool:
+        return vllm_status(p).get("restartCount", 0) > restarts and Pods.ready(p)
+
+    slices, server_pods = watches(cluster)
+    with slices, server_pods:
+        start = listed(slices, name)
+        cluster.ctr("tasks", "kill", "-s", "SIGKILL", cid.removeprefix("containerd://"))
+
+        def left_and_back(events: list[WatchEvent]) -> tuple[int, int] | None:
+            after = states(events)[start - 1 :]  # from the state before the kill
+            left = next((i for i, s in enumerate(after) if not in_service(s, name)), None)
+            back = next((i for i, s in enumerate(after) if left is not None and i > left and in_service(s, name)), None)
+            if left is not None and back is not None:
+                return start - 1 + left, start - 1 + back
+            # A restarted engine Ready for a minute while the EndpointSlices never dropped it: what the API server
+            # recorded (the slice controller writes within a second of a readiness change), so a fact, not a sample.
+            ready_since = next((e.arrived for e in server_pods.events if restarted(e.obj)), None)
+            if left is None and ready_since is not None and time.time() - ready_since > 60:
+                raise AssertionError(
+                    "the endpoint never left the Service after the engine was killed: every EndpointSlice "
+                    f"change since ({len(events) - start} of them) kept {name} ready"
+                )
+            return None
+
+        left, back = slices.wait(
+            left_and_back, START_TIMEOUT, "the pod out of the Service after the kill, and back", poll=5.0
+        )
+        metrics = pods.metrics(states(server_pods.events)[-1][name])  # at once: the pass it came back on
+        new_engine = server_pods.wait(
+            lambda ev: next((s[name] for s in reversed(states(ev)) if name in s and restarted(s[name])), None),
+            120,
+            "the pod's restarted vLLM container, Ready",
+        )
+    # The same pod, its vLLM container restarted (not the pod replaced), and back only after a canary pass on the
+    # new engine: the sidecar's last pass (its clock, this machine's) no earlier than the new container's start.
+    started = started_at(vllm_status(new_engine))
+    assert metrics.get("vllm_canary_last_success_timestamp_seconds", 0.0) >= started > 0, (metrics, started)
+    assert canary_passes(metrics) > before, (before, metrics)
+    print(f"\nout of the Service for {slices.events[back].arrived - slices.events[left].arrived:.0f} s after the kill, "
+          "back after a canary pass")  # fmt: skip
+
+
+def test_upgrade_to_a_wrong_server_stalls_and_rollback_restores(
+    cluster: NodeCluster, release: dict[str, Any], serving: Serving
 ) -> None:
-    [pod] = Pods(cluster).list()
-    name = pod["metadata"]["name"]
-    cid = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "vllm")["containerID"]
-    before = canary_passes(Pods(cluster).metrics(pod))
-    cluster.ctr("tasks", "kill", "-s", "SIGKILL", cid.removeprefix("containerd://"))
-    timeline = watch(
-        cluster,
-        lambda s: s["pods"].get(name, {}).get("restarts", 0) >= 1 and s["endpoints"].get(name),
-        START_TIMEOUT,
-        "the pod back in the Service after its vLLM container was killed",
-    )
-    out = [s for s in timeline if not s["endpoints"].get(name)]
-    assert out, "the endpoint never left the Service after the engine was killed"
-    back = timeline[-1]
-    # Back only after a canary pass on the new engine: every sample that shows the restarted pod in the Service shows
-    # a last canary pass (the sidecar's clock, this machine's) no earlier than the new vLLM container's start. The
-    # samples are seconds apart on a busy machine, so a whole restart can fall between two of them: the timestamps,
-    # not the sample order, are the evidence.
-    for s in timeline:
-        pod = s["pods"].get(name, {})
-        if s["endpoints"].get(name) and pod.get("restarts", 0) >= 1:
-            assert pod["last_pass"] >= pod["vllm_started_at"] > 0, (
-                f"in the Service before a pass on the new engine: {s}"
-            )
-    assert back["pods"][name]["passes"] > before, (before, back)
-    print(f"\nout of the Service for ~{len(out) * 0.5:.0f} s after the kill, back after a canary pass")
-
-
-def test_upgrade_to_a_wrong_server_stalls_and_rollback_restores(cluster: NodeCluster, release: dict[str, Any]) -> None:
     """The perturbed model (HTTP 200, wrong tokens) stands in for a wrong cudagraph mode."""
     tmp: Path = release["tmp"]
     pods = Pods(cluster)
-    [old] = pods.list()
-    old_name = old["metadata"]["name"]
-    base = f"http://{service_ip(cluster)}:8000"
+    old_name, base = serving.pod, serving.base
     # The client's questions and the right answers: what the right server answers, greedy, asked twice (the CPU
     # build is deterministic here: the canary's fingerprint drift between runs is 0.000).
     prompts = [p.prompt for p in generate(7, 6)] + ["The capital of France is", "Kubernetes is", "def fibonacci(n):"]
@@ -483,6 +545,8 @@ def test_upgrade_to_a_wrong_server_stalls_and_rollback_restores(cluster: NodeClu
     right = [(q, a) for q, a in first.items() if complete(cluster, base, q) == a]
     assert len(right) >= 6, f"the right server's answers changed between two asks: {first}"
     log, stop = tmp / "client.jsonl", tmp / "client.stop"
+    log.unlink(missing_ok=True)
+    stop.unlink(missing_ok=True)
     argv = [
         sys.executable,
         "-c",
@@ -494,47 +558,67 @@ def test_upgrade_to_a_wrong_server_stalls_and_rollback_restores(cluster: NodeClu
         json.dumps(right),
         str(MAX_TOKENS),
     ]
-    client = subprocess.Popen(cluster.argv(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--set", f"model.name={BAD}")
-        # The new pod runs, is judged and fails its canary; the old one keeps serving.
-        timeline = watch(
-            cluster,
-            lambda s: any(n != old_name and p["fails"] >= 1 for n, p in s["pods"].items()),
-            START_TIMEOUT,
-            "the new (perturbed) pod's canary failing",
-        )
-        new_name = next(n for n in timeline[-1]["pods"] if n != old_name)
-        assert not any(s["endpoints"].get(new_name) for s in timeline), "the wrong pod joined the Service"
-        assert all(s["endpoints"].get(old_name) for s in timeline), "the right pod left the Service during the upgrade"
-        new = next(p for p in pods.list() if p["metadata"]["name"] == new_name)
-        # It really serves wrong tokens with HTTP 200: what the gate kept from users.
-        wrong = [q for q, a in right if complete(cluster, f"http://{new['status']['podIP']}:8000", q) != a]
-        assert wrong, "the perturbed server answered every sum right: this test could not have seen a wrong answer"
-        readyz = pods.readyz(new)
-        assert "canary" in readyz, readyz
-        # kubectl says the rollout is stuck.
-        status = cluster.kubectl("rollout", "status", f"deployment/{FULLNAME}", "-n", NS, "--timeout=5s", check=False)
-        assert status.returncode != 0, status.stdout
-        assert "1 old replicas are pending termination" in status.stdout + status.stderr, status.stdout + status.stderr
-        # The PodDisruptionBudget: the wrong (not Ready) pod may be evicted, the last right one may not.
-        refused = evict(cluster, old_name)
-        assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused.stdout + refused.stderr
-        # Roll back: the wrong pod goes, the right one never left.
-        helm(cluster, "rollback", RELEASE, "1", "-n", NS)
-        cluster.kubectl("rollout", "status", f"deployment/{FULLNAME}", "-n", NS, "--timeout=300s", timeout=330)
-        watch(cluster, lambda s: set(s["pods"]) == {old_name}, 180, "the wrong pod gone after the rollback")
-    finally:
-        stop.touch()
+    slices, server_pods = watches(cluster)
+    with slices, server_pods:
+        start = listed(slices, old_name)
+        client = subprocess.Popen(cluster.argv(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            client.wait(180)
-        except subprocess.TimeoutExpired:
-            client.kill()
+            helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--set", f"model.name={BAD}")
+
+            # The new pod runs, is judged and fails its canary (its sidecar's metrics, polled: a count only grows).
+            def new_pod_failing(events: list[WatchEvent]) -> str | None:
+                new = {n: p for n, p in live(states(events)[-1]).items() if n != old_name} if events else {}
+                fails = {n: pods.metrics(p).get('vllm_canary_runs_total{outcome="fail"}', 0.0) for n, p in new.items()}
+                return next((n for n, f in fails.items() if f >= 1), None)
+
+            new_name = server_pods.wait(
+                new_pod_failing, START_TIMEOUT, "the new (perturbed) pod's canary failing", poll=2.0
+            )
+            # Every change of the EndpointSlices since the upgrade began: the wrong pod never in, the right one
+            # never out.
+            history = states(slices.events)[start - 1 :]
+            assert not any(in_service(s, new_name) for s in history), "the wrong pod joined the Service"
+            assert all(in_service(s, old_name) for s in history), "the right pod left the Service during the upgrade"
+            new = cluster.get("pod", "-n", NS, new_name)
+            # It really serves wrong tokens with HTTP 200: what the gate kept from users.
+            wrong = [q for q, a in right if complete(cluster, f"http://{new['status']['podIP']}:8000", q) != a]
+            assert wrong, "the perturbed server answered every sum right: this test could not have seen a wrong answer"
+            readyz = pods.readyz(new)
+            assert "canary" in readyz, readyz
+            # kubectl says the rollout is stuck.
+            status = cluster.kubectl(
+                "rollout", "status", f"deployment/{FULLNAME}", "-n", NS, "--timeout=5s", check=False
+            )
+            assert status.returncode != 0, status.stdout
+            assert "1 old replicas are pending termination" in status.stdout + status.stderr, (
+                status.stdout + status.stderr
+            )
+            # The PodDisruptionBudget: the wrong (not Ready) pod may be evicted, the last right one may not.
+            refused = evict(cluster, old_name)
+            assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused.stdout + refused.stderr
+            # Roll back: the wrong pod goes, the right one never left.
+            helm(cluster, "rollback", RELEASE, "1", "-n", NS)
+            cluster.kubectl("rollout", "status", f"deployment/{FULLNAME}", "-n", NS, "--timeout=300s", timeout=330)
+            server_pods.wait(
+                lambda ev: set(live(states(ev)[-1])) == {old_name} and new_name not in states(ev)[-1],
+                180,
+                "the wrong pod gone after the rollback",
+            )
+            history = states(slices.events)[start - 1 :]
+            assert not any(in_service(s, new_name) for s in history), "the wrong pod joined the Service"
+            assert all(in_service(s, old_name) for s in history), "the right pod left the Service during the rollback"
+        finally:
+            stop.touch()
+            try:
+                client.wait(180)
+            except subprocess.TimeoutExpired:
+                client.kill()
     answers = [json.loads(line) for line in log.read_text().splitlines()]
     errors = [a for a in answers if "error" in a]
     wrong_served = [a for a in answers if "text" in a and a["text"] != a["want"]]
+    changes = len(slices.events) - start
     print(f"\n{len(answers)} requests through the Service during the upgrade and rollback: "
-          f"{len(wrong_served)} wrong, {len(errors)} errors")  # fmt: skip
+          f"{len(wrong_served)} wrong, {len(errors)} errors; {changes} EndpointSlice changes")  # fmt: skip
     assert len(answers) >= 10, answers
     assert not wrong_served, wrong_served
     assert not errors, errors

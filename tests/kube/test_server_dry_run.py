@@ -1,4 +1,6 @@
-"""Every render of the chart that the chart tests make, accepted by a real kube-apiserver (issue 21, item 3).
+"""Every value set of the chart's catalogue (tests/support/chart_values.py: the documented configurations and one per
+feature the chart tests render), accepted by a real kube-apiserver (issue 21, item 3). The renders are made here, so
+`pytest tests/kube` alone and a whole session in any order check the same objects.
 
 `kubectl apply --server-side --dry-run=server --validate=strict`: the API server decodes each object with strict field
 validation (an unknown or duplicated field is an error, not a warning), runs defaulting, the admission chain and the
@@ -15,17 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import renders
 import yaml
-from renders import Objects, Render
 
-from tests.support import kube
+from tests.support import helm_chart, kube, renders
+from tests.support.chart_values import CATALOGUE
+from tests.support.renders import Objects, Render
+
+pytestmark = pytest.mark.system
 
 REPO = Path(__file__).resolve().parents[2]
 FRESH, UPGRADE = "llm", "llm-upgrade"  # the chart tests render into namespace llm (helm template -n llm)
 # Objects per kubectl call: one call per distinct object would cost ~0.5 s each on this machine.
 BATCH = 150
-# Kinds the chart renders somewhere among the chart tests' value sets; if one is missing, the check would pass
+# Kinds the chart renders somewhere among the catalogue's value sets; if one is missing, the check would pass
 # without checking it (its CRD or its value set lost).
 EXPECTED_KINDS = {
     "Deployment",
@@ -48,15 +52,10 @@ EXPECTED_KINDS = {
 
 
 @pytest.fixture(scope="module")
-def chart_renders(chart_tests_in_session: bool, tmp_path_factory: pytest.TempPathFactory) -> list[Render]:
-    if chart_tests_in_session:  # those selected in this session: all of them under `make test`
-        found = renders.from_session()
-        print(f"\n{len(found)} distinct renders recorded by the chart tests of this session")
-        assert found, "the chart tests of this session rendered nothing"
-    else:
-        found, summary = renders.from_child_pytest(tmp_path_factory.mktemp("renders"))
-        print(f"\nchart tests run for their renders ({summary}): {len(found)} distinct renders")
-        assert len(found) >= 50, f"only {len(found)} renders recorded ({summary}): the chart tests did not render"
+def chart_renders() -> list[Render]:
+    """The catalogue's value sets (tests/support/chart_values.py), rendered here: the same set in every session."""
+    found = renders.catalogue()
+    print(f"\n{len(found)} value sets of the catalogue rendered")
     return found
 
 
@@ -87,7 +86,7 @@ def apply_all(plane: kube.ControlPlane, docs: list[dict[str, Any]], namespace: s
 
 
 def attribute(plane: kube.ControlPlane, found: list[Render], objects: Objects, errors: str, namespace: str) -> str:
-    """Which render (and chart test) each refused object came from: the objects of the refused kind/name, one call
+    """Which value set of the catalogue each refused object came from: the objects of the refused kind/name, one call
     each (only on failure)."""
     refused = set(re.findall(r"\(\S+/(\S+); \S+, Kind=(\w+)\)", errors))
     lines = []
@@ -96,12 +95,20 @@ def attribute(plane: kube.ControlPlane, found: list[Render], objects: Objects, e
             continue
         proc = plane.apply([renders.in_namespace(doc, namespace)], namespace, check=False)
         if proc.returncode != 0:
-            tests = sorted({found[r].test for r in objects.sources[i]})
+            names = sorted({found[r].name for r in objects.sources[i]})
             lines.append(
-                f"{doc['kind']}/{doc['metadata']['name']} from {len(tests)} test(s), e.g. {tests[:3]}:\n"
+                f"{doc['kind']}/{doc['metadata']['name']} from {len(names)} value set(s), e.g. {names[:3]}:\n"
                 f"    {proc.stderr.strip()}"
             )
     return "\n".join(lines) or errors
+
+
+def test_the_catalogue_renders_every_template() -> None:
+    """A template that no value set of the catalogue renders would pass the dry runs without being checked."""
+    chart = REPO / "charts" / "vllm-rocm"
+    every = {str(p.relative_to(chart)) for p in (chart / "templates").rglob("*.yaml")}
+    rendered = set().union(*(helm_chart.templates(values) for values in CATALOGUE.values()))
+    assert every <= rendered, f"no value set of tests/support/chart_values.py renders {sorted(every - rendered)}"
 
 
 def test_every_chart_render_is_accepted_by_the_api_server(
@@ -128,8 +135,6 @@ def test_every_chart_render_upgrades_the_default_install(
     """`helm upgrade` from the default values to each value set: the defaults' objects are stored (for real), then
     each render's objects are dry-run applied over them, so a change to an immutable field (a Deployment's selector,
     a RoleBinding's roleRef, a PVC's spec, a Service's clusterIP) is refused here. Hooks are always created anew."""
-    import helm_chart
-
     stored = [renders.in_namespace(d, UPGRADE) for d in helm_chart.render({}) if not renders.is_hook(d)]
     control_plane.apply(stored, UPGRADE, dry_run=False)
     objects = Objects()
@@ -155,8 +160,6 @@ def test_the_documented_alertmanager_config_is_accepted(
 @functools.cache
 def _sample() -> list[dict[str, Any]]:
     """One render with the monitoring objects, one multi-node with KEDA: an object of each kind the mistakes need."""
-    import helm_chart
-
     return helm_chart.render({"metrics.serviceMonitor.enabled": True}) + helm_chart.render(
         {"multiNode.enabled": True, "multiNode.nodes": 2, "tensorParallelSize": 8, "autoscaling.keda.enabled": True}
     )
@@ -225,8 +228,6 @@ def test_a_broken_object_is_refused_by_the_same_path(
 def test_an_immutable_field_change_is_refused_on_upgrade(
     control_plane: kube.ControlPlane, namespaces: list[str]
 ) -> None:
-    import helm_chart
-
     deployment = renders.in_namespace(next(d for d in helm_chart.render({}) if d["kind"] == "Deployment"), UPGRADE)
     control_plane.apply([deployment], UPGRADE, dry_run=False)  # what the upgrade test stored, idempotent
     changed = copy.deepcopy(deployment)

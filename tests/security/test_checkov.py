@@ -10,7 +10,6 @@ must still be reported (the chart waives nothing about tags).
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "charts"))
-from checkov_scan import (  # noqa: E402
+from tests.support.chart_values import VALUE_SETS
+from tests.support.checkov_scan import (
     DOCKERFILES,
     ROOT,
     Finding,
@@ -30,10 +27,8 @@ from checkov_scan import (  # noqa: E402
     strip_waivers_from_dockerfile,
     strip_waivers_from_manifests,
 )
-from helm_chart import CHART, kinds, render  # noqa: E402
-from test_chart import VALUE_SETS  # noqa: E402
+from tests.support.helm_chart import CHART, kinds, render
 
-pytestmark = pytest.mark.slow
 FRAMEWORKS = ("kubernetes", "dockerfile")
 DIGESTS = {"image.digest": "sha256:" + "1" * 64, "sidecar.image.digest": "sha256:" + "2" * 64}
 README = CHART / "README.md"

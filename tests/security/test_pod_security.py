@@ -4,15 +4,13 @@ break a promise."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
-from helm_chart import container, kinds, pod_spec, render, render_error  # noqa: E402
-from test_chart import VALUE_SETS  # noqa: E402
+from tests.support.chart_values import VALUE_SETS
+from tests.support.helm_chart import container, kinds, pod_spec, render, render_error
 
 MIN_UID = 10000  # above the UIDs of a node's users (checkov CKV_K8S_40)
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import ast
 import inspect
-import sys
-from pathlib import Path
 from typing import Any
 
 import kubernetes.client
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
-from helm_chart import ROOT, kinds, render  # noqa: E402
+from tests.support.helm_chart import ROOT, kinds, render
 
 SIDECAR_SRC = ROOT / "health" / "src" / "vllm_rocm_health"
 # dir() and getattr(), not vars(): the client package loads its API classes lazily.

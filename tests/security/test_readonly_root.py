@@ -21,14 +21,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+from vllm_rocm_qualify.processes import ManagedProcess, wait_until
+from vllm_rocm_stack.config import WORK
+
+from tests.support.helm_chart import ROOT, container, pod_spec, render
+from tests.support.vllm_server import VLLM_PYTHON, free_port
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "charts"))
-from helm_chart import ROOT, container, pod_spec, render  # noqa: E402
-from vllm_rocm_qualify.processes import ManagedProcess, wait_until  # noqa: E402
-from vllm_rocm_stack.config import WORK  # noqa: E402
-
-from tests.support.vllm_server import VLLM_PYTHON, free_port  # noqa: E402
 
 SANDBOX = HERE / "pod_sandbox.sh"
 MODEL = WORK / "models" / "smollm2-135m-instruct"
@@ -73,7 +72,7 @@ def image_paths() -> list[Path]:
     """What the "image" needs that lives below a host directory the sandbox hides (a checkout in /tmp or /home, an
     interpreter in /root/.pyenv): the repository, the venvs and their interpreters."""
     paths = {ROOT}
-    for python in (VLLM_PYTHON, Path(sys.executable)):
+    for python in (p for p in (VLLM_PYTHON, Path(sys.executable)) if p.exists()):  # no vLLM venv: a unit run
         paths |= {python.parent.parent.resolve(), Path(os.path.realpath(python)).parent.parent}
     return sorted(p for p in paths if str(p).startswith(HIDDEN))
 
@@ -136,8 +135,7 @@ def test_the_sandbox_is_read_only_but_for_the_chart_volumes(tmp_path: Path) -> N
     assert all((v / "probe").read_text() == "x" for v in vols.values())
 
 
-@pytest.mark.live
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_vllm_serves_on_a_read_only_root(tmp_path: Path) -> None:
     need_sandbox()

@@ -36,7 +36,7 @@ def test_bench_smoke_without_vllm(tmp_path: Path) -> None:
     assert "x grep (goal < 2x)" in stdout
 
 
-@pytest.mark.live
+@pytest.mark.integration
 @pytest.mark.timeout(0)  # bounded by the subprocess timeout below, which follows the measured canary run
 def test_bench_smoke_on_the_real_servers(
     tmp_path: Path, vllm_server: VllmServer, vllm_perturbed_server: VllmServer, canary_timing: CanaryTiming

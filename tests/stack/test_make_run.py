@@ -29,7 +29,7 @@ from tests.support.canary import CanaryTiming
 from tests.support.sidecar import free_port, get
 from tests.support.vllm_server import VllmServer
 
-pytestmark = pytest.mark.live
+pytestmark = pytest.mark.system
 
 
 def prom(port: int, path: str, **params: str) -> dict:

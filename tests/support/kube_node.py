@@ -21,9 +21,12 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +213,10 @@ class NodeCluster:
 
     def ctr(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         return _run([CTR, "-a", str(self.socket), "-n", "k8s.io", *args], timeout=timeout, check=check)
+
+    def watch(self, resource: str, *args: str) -> Watch:
+        """Every change to `resource` objects (`args`: namespace, selectors) as the API server makes it."""
+        return Watch(self, resource, *args)
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -662,6 +669,112 @@ state = "{self.root / "run" / "containerd"}"
 
 
 KUBE_TOOLS = Path(__file__).resolve().parents[2] / "tools" / "kube"
+
+
+@dataclass
+class WatchEvent:
+    arrived: float  # time.time() when the event was read
+    type: str  # ADDED (also each object of the starting list), MODIFIED, DELETED
+    obj: dict[str, Any]
+
+
+class Watch:
+    """`kubectl get RESOURCE ARGS --watch --output-watch-events -o json` in the cluster's network namespace: every
+    change the API server makes to the matching objects, in the order it made them. The list it starts from arrives
+    as ADDED events and the watch continues from that list's resourceVersion, so nothing between them is lost. A
+    thread reads the stream into `events`; `wait` is woken by each event, so no state can fall between two looks, as
+    it can between two samples of `kubectl get`. A watch that ends early (kubectl exits) fails the wait: it no longer
+    sees everything."""
+
+    def __init__(self, cluster: NodeCluster, resource: str, *args: str) -> None:
+        self.what = f"kubectl get {resource} {' '.join(args)} --watch"
+        self.events: list[WatchEvent] = []
+        self.ended = False
+        self._changed = threading.Condition()
+        self._proc = subprocess.Popen(
+            cluster.argv(
+                str(KUBE_BIN / "kubectl"), "get", resource, *args, "--watch", "--output-watch-events", "-o", "json"
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **cluster.client_env},
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, name=f"watch {resource}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        decoder, pending = json.JSONDecoder(), ""
+        try:
+            # One JSON object per event: a line each from kubectl 1.36 (compact), several lines if indented. A
+            # prefix of an object never decodes, so an event is taken once it is complete.
+            for line in self._proc.stdout:
+                pending += line
+                while pending.strip():
+                    try:
+                        event, end = decoder.raw_decode(pending.lstrip())
+                    except json.JSONDecodeError:
+                        break
+                    pending = pending.lstrip()[end:]
+                    with self._changed:
+                        self.events.append(WatchEvent(time.time(), event["type"], event["object"]))
+                        self._changed.notify_all()
+        finally:
+            with self._changed:
+                self.ended = True
+                self._changed.notify_all()
+
+    def wait(self, until: Callable[[list[WatchEvent]], Any], timeout: float, what: str, poll: float = 0.0) -> Any:
+        """Evaluate `until(events so far)` on each new event until it returns something true, and return that. With
+        `poll`, also every `poll` seconds: for a condition that also reads something the API does not hold."""
+        deadline = time.monotonic() + timeout
+        seen = -1
+        while True:
+            with self._changed:
+                if len(self.events) == seen and not self.ended:
+                    left = max(0.0, deadline - time.monotonic())
+                    self._changed.wait(min(poll, left) if poll else min(5.0, left))
+                events, ended = list(self.events), self.ended
+            if len(events) != seen or poll:
+                seen = len(events)
+                found = until(events)
+                if found:
+                    return found
+            if ended:
+                raise AssertionError(f"{what}: the watch ended ({self.what}): {self._stderr()}")
+            if time.monotonic() > deadline:
+                last = [(e.type, e.obj.get("metadata", {}).get("name")) for e in events[-5:]]
+                raise AssertionError(f"{what}: not within {timeout:.0f} s ({len(events)} events, the last {last})")
+
+    def _stderr(self) -> str:
+        if self._proc.poll() is None or self._proc.stderr is None:
+            return ""
+        return self._proc.stderr.read().strip()
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait(10)
+        self._reader.join(10)
+        for stream in (self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def pause_image() -> str:

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 from vllm_rocm_stack.vllm_server import VllmServer
 
-from tests.conftest import GOOD_MODEL
+from tests.support import tiers
 from tests.support.canary import CanaryTiming
 from tests.support.sidecar import SidecarProcess
-from tests.support.vllm_server import free_port
+from tests.support.vllm_server import GOOD_MODEL, free_port
 
-pytestmark = pytest.mark.live
+pytestmark = pytest.mark.integration
 
 # Engine-like text a client controls: each line would be an engine event if the sidecar matched it anywhere.
 FORGED = [
@@ -44,6 +44,7 @@ FORGED = [
 
 
 @pytest.fixture(scope="module")
+@tiers.needs("integration", "starts a vLLM CPU server of its own")
 def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path, list[VllmServer]]]:
     """A vLLM server of this module's own (the session's servers must not restart under other tests), with request
     logging on. The list holds every server started on the port; all are stopped at the end, whatever happened."""

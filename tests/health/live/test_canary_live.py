@@ -13,7 +13,7 @@ from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
 from tests.support.canary import CFG
 from tests.support.vllm_server import VllmServer, free_port
 
-pytestmark = pytest.mark.live
+pytestmark = pytest.mark.integration
 
 
 def runner(path: Path, url: str, registry: CollectorRegistry | None = None, **kw: object) -> CanaryRunner:

@@ -23,7 +23,7 @@ from vllm_rocm_stack.vllm_server import VllmServer
 from tests.support.canary import CFG, CanaryTiming
 from tests.support.sidecar import SidecarProcess
 
-pytestmark = pytest.mark.live
+pytestmark = pytest.mark.integration
 LOAD_CLIENTS = 6
 BACKOFF = 4  # --canary-max-backoff-intervals
 

@@ -22,7 +22,7 @@ from vllm_rocm_stack.vllm_server import VllmServer
 from tests.support.canary import CanaryTiming
 from tests.support.sidecar import SidecarProcess
 
-pytestmark = pytest.mark.live
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

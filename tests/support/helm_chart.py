@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -83,44 +84,28 @@ def with_reference(values: dict[str, Any] | None) -> dict[str, Any]:
     return {"canary.baseline": baseline_for(served, seed, num, budget(cfg)[1]), **values}
 
 
-# Every render of the real chart that helm accepted in this test process: manifest text -> the first test that
-# rendered it. tests/kube applies each one to a real API server (server-side dry run), so "every value set the chart
-# tests render" is what they rendered, not a second list to keep in step. VLLM_ROCM_RENDER_LOG (a directory) also
-# writes each one there, for a test process that did not run the chart tests itself (tests/kube/renders.py).
-RENDERED: dict[str, str] = {}
-RENDER_LOG = "VLLM_ROCM_RENDER_LOG"
+# Renders of the real chart by their arguments. The chart does not change during a session, so a render repeated with
+# the same values (the catalogue's, tests/support/chart_values.py, asked by several modules) runs helm once. Only
+# renders whose arguments say everything: no probe copy of the chart, no flag that reads a file (its content can
+# change under the same name).
+_RENDERS: dict[tuple[str, ...], subprocess.CompletedProcess[str]] = {}
+_SELF_CONTAINED_FLAGS = {"-n", "--kube-version", "--api-versions", "--set-json", "--dry-run=client", "--show-only"}
 
 
-def record(args: list[str] | tuple[str, ...], stdout: str) -> None:
-    """Keep a successful `helm template` / `helm install --dry-run` of the real chart (not a probe copy, not one
-    template picked out with --show-only): its manifests and hooks, as the cluster would receive them."""
-    if len(args) < 3 or args[0] not in ("template", "install") or args[2] != str(CHART) or "--show-only" in args:
-        return
-    if args[0] == "install":  # NAME/STATUS/..., HOOKS:, MANIFEST:, NOTES: -> the hooks and the manifest
-        if "HOOKS:" not in stdout and "MANIFEST:" not in stdout:
-            return
-        body = stdout.split("NOTES:", 1)[0]
-        start = min(i for i in (body.find("HOOKS:"), body.find("MANIFEST:")) if i >= 0)
-        stdout = "\n".join(line for line in body[start:].splitlines() if line not in ("HOOKS:", "MANIFEST:"))
-    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
-    if stdout not in RENDERED:
-        RENDERED[stdout] = test
-        log = os.environ.get(RENDER_LOG)
-        if log:
-            import hashlib
-
-            name = hashlib.sha256(stdout.encode()).hexdigest()[:16]
-            (Path(log) / f"{name}.json").write_text(json.dumps({"test": test, "manifest": stdout}))
+def _cacheable(args: tuple[str, ...]) -> bool:
+    flags = {a for a in args[3:] if a.startswith("-")}
+    real_chart = args[:1] in (("template",), ("install",)) and args[2:3] == (str(CHART),)
+    return real_chart and flags <= _SELF_CONTAINED_FLAGS
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if not Path(HELM).exists():
         pytest.fail(f"helm not found at {HELM} (run `make setup`)")
-    proc = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60)
+    proc = _RENDERS.get(args) or subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60)
+    if _cacheable(args):
+        _RENDERS[args] = proc
     if check and proc.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}")
-    if proc.returncode == 0:
-        record(args, proc.stdout)
     return proc
 
 
@@ -134,7 +119,19 @@ def set_args(values: dict[str, Any]) -> list[str]:
 def render(values: dict[str, Any] | None = None, caps: bool = True, reference: bool = True) -> list[dict[str, Any]]:
     given = with_reference(values) if reference else (values or {})
     proc = helm("template", "rel", str(CHART), "-n", "llm", *(CAPS if caps else []), *set_args(given))
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+    return parse(proc.stdout)
+
+
+def parse(manifest: str) -> list[dict[str, Any]]:
+    """The objects of a manifest (libyaml's loader where it is built: a render is ~100 kB, parsed for each caller)."""
+    return [d for d in yaml.load_all(manifest, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
+
+
+def templates(values: dict[str, Any] | None = None) -> set[str]:
+    """The chart's template files that rendered an object for these values (helm's `# Source:` lines)."""
+    given = with_reference(values)
+    proc = helm("template", "rel", str(CHART), "-n", "llm", *CAPS, *set_args(given))
+    return set(re.findall(r"^# Source: vllm-rocm/(\S+)$", proc.stdout, flags=re.M))
 
 
 def render_error(values: dict[str, Any], reference: bool = True) -> str:
