@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from vllm_rocm_stack import vllm_release_facts as facts
+
 from tests.support.helm_chart import (
     CHART,
     arg_value,

@@ -11,7 +11,6 @@ amtool and a real Alertmanager in tests/charts/test_alertmanager_routing.py."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess

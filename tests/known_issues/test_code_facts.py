@@ -124,7 +124,6 @@ def test_cli_help_and_report_need_no_download(tmp_path: Path) -> None:
     assert audit.main(["--report", "--root", str(REPO_ROOT)]) == 0
 
 
-@pytest.mark.slow
 def test_the_committed_facts_are_what_the_cached_wheels_say() -> None:
     """Re-derive the facts of the releases already in the wheel cache (all of them after one
     `known_issues_audit --write`); the full `--check` also asks PyPI for new releases and fetches missing wheels."""
