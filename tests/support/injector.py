@@ -12,6 +12,7 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -75,14 +76,19 @@ class CanaryAnswerer:
 
 
 class AnswererServer:
-    """The answerer over real HTTP on 127.0.0.1, with vLLM's /health (`health_status`) for the sidecar's poller."""
+    """The answerer over real HTTP on 127.0.0.1, with vLLM's /health (`health_status`) for the sidecar's poller.
+    It also answers requests sent to it as an HTTP proxy (absolute-form targets, `GET http://host/path`), as a
+    decoy a proxy variable could send a client to. `requests` counts every request it got, /health included."""
 
     def __init__(self, answerer: CanaryAnswerer) -> None:
         outer = answerer
+        self.requests = 0
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
             def _reply(self) -> None:
-                path = self.path.split("?", 1)[0]
+                server.requests += 1
+                path = urllib.parse.urlsplit(self.path).path
                 if path == "/health":
                     kind, status, data = "health", outer.health_status, None
                 else:

