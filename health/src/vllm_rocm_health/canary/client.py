@@ -41,11 +41,11 @@ def new_salt() -> str:
 
 def _salted(body: dict[str, Any], salt: str | None) -> dict[str, Any]:
     """vLLM keys the first block of a prompt's KV cache by its `cache_salt` too (0.32.0:
-    `v1/core/kv_cache_utils.generate_block_hash_extra_keys`; /v1/completions takes the field since vLLM PR #20981,
-    in 0.10.1.1's CompletionRequest), and every later block hash chains on the first: a request with a salt no other
-    request had can reuse no cached block and is prefilled in full. The prompt's tokens stay the same, so its answers
-    stay comparable with the baseline's (a random text prefix changed 12-20% of the small model's answers to the same
-    sums)."""
+    `v1/core/kv_cache_utils.generate_block_hash_extra_keys`; /v1/completions takes the field since vLLM pull request
+    20981, in 0.10.1.1's CompletionRequest), and every later block hash chains on the first: a request with a salt no
+    other request had can reuse no cached block and is prefilled in full. The prompt's tokens stay the same, so its
+    answers stay comparable with the baseline's (a random text prefix changed many of the small model's answers to
+    the same sums: health/README.md)."""
     return body if salt is None else {**body, "cache_salt": salt}
 
 
