@@ -32,7 +32,7 @@ class CanaryConfig:
         default=8, metadata={"help": "arithmetic problems per run (known exact answers)", "range": (1, 1000)}
     )
     fresh_problems: int = field(
-        default=3,
+        default=2,
         metadata={
             "help": "fresh problems per run: new every run (from a seed drawn per run), answers computed by the "
             "sidecar (continuing a count, copying a number: what any served model answers right); 0 asks none",

@@ -54,11 +54,12 @@ class Budget(NamedTuple):
 
 def budget(cfg: CanaryConfig) -> Budget:
     """What fits into max_requests next to the fingerprint texts, in this order: the baseline's problems, the long
-    prompts (both must match the baseline), the fresh problems."""
+    prompts (both must match the baseline, so they are counted as before), the fresh problems, which also leave room
+    for the /v1/models request a run makes when no --model is given."""
     room = cfg.max_requests - len(fingerprint.REFERENCE_TEXTS)
     n_problems = max(0, min(cfg.num_problems, room))
     n_long = max(0, min(cfg.long_prompts, room - n_problems))
-    n_fresh = max(0, min(cfg.fresh_problems, room - n_problems - n_long))
+    n_fresh = max(0, min(cfg.fresh_problems, room - 1 - n_problems - n_long))
     return Budget(n_problems, n_long, n_fresh)
 
 
