@@ -218,3 +218,21 @@ def test_record_refuses_a_model_that_cannot_answer_fresh_problems(tmp_path: Path
         record_baseline(CanaryConfig(seed=SEED, num_problems=N, timeout=5.0, fresh_problems=0), server.url)
     finally:
         server.close()
+
+
+def test_the_new_series_are_promtool_clean(tmp_path: Path) -> None:
+    import subprocess
+
+    from prometheus_client import generate_latest
+
+    runner, answerer, reg = setup(tmp_path)
+    p = TODO[3]
+    answerer.wrong[ending(p)] = p.answer + 1
+    for _ in range(2):
+        runner.run_once()
+    text = generate_latest(reg).decode()
+    for name in ("fresh_score_ratio", "steady_wrong_problems", "steady_wrong_families"):
+        name = "vllm_canary_" + name
+        assert f"\n{name} " in text, name
+    res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
