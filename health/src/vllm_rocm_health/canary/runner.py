@@ -65,8 +65,8 @@ def budget(cfg: CanaryConfig) -> Budget:
 
 def fresh_allowed(cfg: CanaryConfig, n_fresh: int) -> int:
     """Wrong fresh answers one run may have: the score tolerance's share, at least one while any tolerance is set (a
-    model that answers 99.5% of them right misses one now and then; a family wrong again is the history's to
-    catch)."""
+    model that gets nearly all of them right may still miss one now and then; a family wrong again is the history's
+    to catch)."""
     return 0 if cfg.score_tolerance == 0 else max(1, math.floor(cfg.score_tolerance * n_fresh))
 
 
