@@ -27,6 +27,7 @@ SETTINGS = {
     "canaryMaxRequests": "canary_max_requests",
     "canaryConcurrency": "canary_concurrency",
     "canaryLongPrompts": "canary_long_prompts",
+    "canaryFreshProblems": "canary_fresh_problems",
     "canaryScoreTolerance": "canary_score_tolerance",
     "canaryFingerprintTolerance": "canary_fingerprint_tolerance",
     "canaryIdleProbeAfter": "canary_idle_probe_after",

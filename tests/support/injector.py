@@ -1,9 +1,11 @@
 """FAILURE INJECTOR, not a vLLM: an OpenAI-compatible answerer for the canary's own requests, for the faults a real
 server cannot be told to produce on cue (bodies of the wrong shape, NaN logprobs, a 200 with a list in it).
 
-By default it answers what a right server would: the sums the canary asks, and the baseline's logprobs for the
-fingerprint texts. `override(kind, status, body)` replaces the answers of one kind of request ("problem", "long",
-"fingerprint", "models") with an arbitrary status and JSON body. It serves the same answers through an
+By default it answers what a right server would: the sums the canary asks, the fresh problems (a count continued, a
+number copied), and the baseline's logprobs for the fingerprint texts. `override(kind, status, body)` replaces the
+answers of one kind of request ("problem", "fresh", "long", "fingerprint", "models") with an arbitrary status and JSON
+body; `wrong` answers chosen prompts wrong (a steady wrong answer to one problem, or a one-off flip). `salts` keeps the
+`cache_salt` of every completion request, in order. It serves the same answers through an
 httpx.MockTransport (in-process tests) and over real HTTP (tests of the sidecar process)."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -20,7 +23,9 @@ from vllm_rocm_health.canary import fingerprint, problems
 from vllm_rocm_health.canary.baseline import Baseline
 
 _SUM = re.compile(r"(\d+) \+ (\d+) =$")
-KINDS = ("models", "problem", "long", "fingerprint")
+_COUNT = re.compile(r"(\d+), (\d+), (\d+), (\d+),$")
+_COPY = re.compile(r"Copy: (\d+) ->$")
+KINDS = ("models", "problem", "fresh", "long", "fingerprint")
 
 
 class CanaryAnswerer:
@@ -30,6 +35,8 @@ class CanaryAnswerer:
         self.seen: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.drip: set[str] = set()  # kinds answered one byte per second (HTTP server only): a stalled answer
         self.health_status = 200  # what /health answers (HTTP server only): a /health outage on cue
+        self.wrong: dict[str, int] = {}  # prompt ending (e.g. "7 + 8 =") -> the wrong number answered to it
+        self.salts: list[str | None] = []
         self._lock = threading.Lock()
 
     def override(self, kind: str, status: int, body: Any) -> None:
@@ -39,6 +46,7 @@ class CanaryAnswerer:
     def clear(self) -> None:
         self.overrides.clear()
         self.drip.clear()
+        self.wrong.clear()
 
     def answer(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[str, int, Any]:
         kind, right = self._right(method, path, body or {})
@@ -52,16 +60,26 @@ class CanaryAnswerer:
         if path != "/v1/completions" or method != "POST":
             return "other", (404, {"error": "not found"})
         prompt = str(body.get("prompt", ""))
+        with self._lock:
+            self.salts.append(body.get("cache_salt"))
         usage = {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
         if body.get("echo"):
             i = fingerprint.REFERENCE_TEXTS.index(prompt)
             choice = {"index": 0, "text": prompt, "logprobs": {"token_logprobs": list(self.baseline.fingerprints[i])}}
             return "fingerprint", (200, {"choices": [choice], "usage": usage})
-        m = _SUM.search(prompt)
         kind = "long" if prompt.startswith(problems.LONG_TEXT) else "problem"
-        if m:
-            return kind, (200, {"choices": [{"index": 0, "text": f" {int(m[1]) + int(m[2])}"}], "usage": usage})
-        return kind, (200, {"choices": [{"index": 0, "text": " and so on"}], "usage": usage})
+        answer: int | None = None
+        if m := _SUM.search(prompt):
+            answer = int(m[1]) + int(m[2])
+        elif m := _COUNT.search(prompt):
+            kind, answer = "fresh", int(m[4]) + 1
+        elif m := _COPY.search(prompt):
+            kind, answer = "fresh", int(m[1])
+        for ending, wrong in self.wrong.items():
+            if prompt.endswith(ending):
+                answer = wrong
+        text = " and so on" if answer is None else f" {answer}"
+        return kind, (200, {"choices": [{"index": 0, "text": text}], "usage": usage})
 
     def transport(self) -> httpx.MockTransport:
         def handle(request: httpx.Request) -> httpx.Response:
@@ -75,14 +93,19 @@ class CanaryAnswerer:
 
 
 class AnswererServer:
-    """The answerer over real HTTP on 127.0.0.1, with vLLM's /health (`health_status`) for the sidecar's poller."""
+    """The answerer over real HTTP on 127.0.0.1, with vLLM's /health (`health_status`) for the sidecar's poller.
+    It also answers requests sent to it as an HTTP proxy (absolute-form targets, `GET http://host/path`), as a
+    decoy a proxy variable could send a client to. `requests` counts every request it got, /health included."""
 
     def __init__(self, answerer: CanaryAnswerer) -> None:
         outer = answerer
+        self.requests = 0
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
             def _reply(self) -> None:
-                path = self.path.split("?", 1)[0]
+                server.requests += 1
+                path = urllib.parse.urlsplit(self.path).path
                 if path == "/health":
                     kind, status, data = "health", outer.health_status, None
                 else:

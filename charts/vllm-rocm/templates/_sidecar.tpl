@@ -20,6 +20,7 @@ sidecar's default); int: rendered as an integer. */}}
 - {value: canaryMaxRequests, flag: --canary-max-requests, int: true}
 - {value: canaryConcurrency, flag: --canary-concurrency, int: true}
 - {value: canaryLongPrompts, flag: --canary-long-prompts, int: true}
+- {value: canaryFreshProblems, flag: --canary-fresh-problems, int: true}
 - {value: canaryScoreTolerance, flag: --canary-score-tolerance}
 - {value: canaryFingerprintTolerance, flag: --canary-fingerprint-tolerance}
 - {value: canaryIdleProbeAfter, flag: --canary-idle-probe-after}

@@ -7,18 +7,18 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+from prometheus_client import Counter
 from vllm_rocm_core import qualification
 
-from . import k8s_logs, logparse, logsource, readiness
+from . import direct_http, k8s_logs, logparse, logsource, readiness
 from .canary import CanaryResult, CanaryRunner
 from .canary.baseline import Baseline
 from .config import SidecarConfig, allow_list
 from .events import EventPoster
-from .http_server import serve
+from .http_server import HealthServer, serve
 from .known_issues import KnownIssueJudge
 from .metrics import SidecarStatus, WorkerCollector, make_registry
 from .state import LogState
@@ -58,7 +58,13 @@ class Sidecar:
         self._slow_runs = 0  # consecutive canary runs that found the server slow (back-off exponent)
         self.supervisor = Supervisor(self._workers(), self.stop)
         self.registry.register(WorkerCollector(self.supervisor.statuses))
-        self.http: ThreadingHTTPServer | None = None
+        self.http: HealthServer | None = None
+        self.http_dropped = Counter(
+            "vllm_sidecar_http_connections_dropped",
+            "Connections to these endpoints closed without an answer: over the connection cap (the oldest waiting "
+            "one goes), or no complete request in time",
+            registry=self.registry,
+        )
 
     def _qualification(self) -> tuple[Baseline | None, frozenset[str], frozenset[str] | None]:
         """The baseline a qualification report carries (when no --canary-baseline is given), the modes it failed and
@@ -221,7 +227,7 @@ class Sidecar:
         self.update_readiness()
 
     def _poll_health(self, worker: Worker) -> None:
-        with httpx.Client(timeout=self.cfg.health_timeout) as client:
+        with direct_http.client(timeout=self.cfg.health_timeout) as client:
             while not self.stop.is_set():
                 worker.beat()
                 self.poll_health_once(client)
@@ -347,7 +353,8 @@ class Sidecar:
                 "the accuracy canary is switched off (--no-canary-enabled): wrong tokens with HTTP 200 will "
                 "NOT be caught; vllm_canary_configured is 0 and VllmCanaryNotConfigured fires"
             )
-        self.http = serve(self.cfg.listen_addr, self.registry, self.update_readiness)
+        direct_http.isolate(os.environ)
+        self.http = serve(self.cfg.listen_addr, self.registry, self.update_readiness, self.http_dropped.inc)
         log.info(
             "listening on %s:%d (pid %d); vLLM %s; log source %s; canary %s",
             *self.cfg.listen_addr,

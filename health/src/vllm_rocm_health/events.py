@@ -7,6 +7,7 @@ import logging
 import os
 from typing import Any
 
+from . import direct_http
 from .errors import one_line
 
 log = logging.getLogger(__name__)
@@ -29,10 +30,7 @@ class EventPoster:
         if not (enabled and pod and ns and os.environ.get("KUBERNETES_SERVICE_HOST")):
             return cls(None)
         try:
-            from kubernetes import client, config
-
-            config.load_incluster_config()
-            return cls(client.CoreV1Api(), ns, pod, os.environ.get("POD_UID", ""))
+            return cls(direct_http.kubernetes_core_api(), ns, pod, os.environ.get("POD_UID", ""))
         except Exception as e:  # no service account token, RBAC missing, ...
             log.warning("Kubernetes events disabled: %s", one_line(e))
             return cls(None)

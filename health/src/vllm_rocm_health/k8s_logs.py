@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from . import direct_http
 from .logsource import LineSplitter
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,7 @@ class PodLogFollower:
         pod, ns = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
         if not (pod and ns):
             raise RuntimeError("--log-source k8s needs POD_NAME and POD_NAMESPACE (downward API)")
-        from kubernetes import client, config
-
-        config.load_incluster_config()
-        return cls(client.CoreV1Api(), ns, pod, container, on_restart)
+        return cls(direct_http.kubernetes_core_api(), ns, pod, container, on_restart)
 
     def _check_container(self) -> None:
         pod = self.api.read_namespaced_pod(self.pod, self.namespace)

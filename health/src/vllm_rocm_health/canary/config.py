@@ -31,6 +31,14 @@ class CanaryConfig:
     num_problems: int = field(
         default=8, metadata={"help": "arithmetic problems per run (known exact answers)", "range": (1, 1000)}
     )
+    fresh_problems: int = field(
+        default=2,
+        metadata={
+            "help": "fresh problems per run: new every run (from a seed drawn per run), answers computed by the "
+            "sidecar (continuing a count, copying a number: what any served model answers right); 0 asks none",
+            "range": (0, 64),
+        },
+    )
     seed: int = field(
         default=20251202,
         metadata={"help": "seed of the generated problems (must match the baseline)", "range": (0, 2**31 - 1)},

@@ -9,10 +9,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .client import CONNECTION, HTTP_STATUS, MALFORMED, TIMEOUT
+from .client import CONNECTION, HISTORY, HTTP_STATUS, MALFORMED, QUESTIONS, TIMEOUT
+from .history import STEADY, WINDOW
 
 # Bounded label values of vllm_canary_errors_total (docs/contracts.md).
-ERROR_REASONS = (TIMEOUT, CONNECTION, HTTP_STATUS, MALFORMED, "baseline_mismatch", "internal")
+ERROR_REASONS = (TIMEOUT, CONNECTION, HTTP_STATUS, MALFORMED, "baseline_mismatch", QUESTIONS, HISTORY, "internal")
 
 
 class MeasuredGauge(Collector):
@@ -60,6 +61,22 @@ class CanaryMetrics:
         self.drift = MeasuredGauge(
             "vllm_canary_fingerprint_drift",
             "Max per-token prompt logprob difference from the baseline, in nats",
+            registry,
+        )
+        self.fresh_score = MeasuredGauge(
+            "vllm_canary_fresh_score_ratio",
+            "Last canary run's score on its fresh problems (new every run, answers computed), 0..1",
+            registry,
+        )
+        self.steady_problems = MeasuredGauge(
+            "vllm_canary_steady_wrong_problems",
+            f"Baseline problems the baseline answered right that were answered wrong in {STEADY} of the last {WINDOW} "
+            "runs",
+            registry,
+        )
+        self.steady_families = MeasuredGauge(
+            "vllm_canary_steady_wrong_families",
+            f"Fresh problem families with a wrong answer in {STEADY} of the last {WINDOW} runs",
             registry,
         )
         self.tolerance = Gauge(

@@ -1,4 +1,10 @@
-"""Seeded arithmetic problems with exact answers, asked few-shot at temperature 0, scored exactly."""
+"""Problems with exact answers, asked few-shot at temperature 0, scored exactly.
+
+Two kinds. The baseline's problems (`generate`): sums seeded by --canary-seed, the same every run; the baseline holds
+what a known-good server answered to each, and the score and the per-problem history compare with it. Fresh problems
+(`fresh`): generated from a seed drawn anew for every run, so each run asks what no earlier run asked, in families
+whose answer the sidecar computes itself and that any served model answers right (measured on SmolLM2-135M-Instruct,
+the smallest model the tests run: health/README.md), so no recorded answer is needed to judge them."""
 
 from __future__ import annotations
 
@@ -16,10 +22,13 @@ _INT = re.compile(r"-?\d+")
 class Problem:
     question: str
     answer: int
+    family: str = "sum"
 
     @property
     def prompt(self) -> str:
-        return f"{_FEW_SHOT}{self.question} ="
+        if self.family == "sum":
+            return f"{_FEW_SHOT}{self.question} ="
+        return self.question  # fresh problems carry their whole prompt
 
 
 def generate(seed: int, count: int) -> list[Problem]:
@@ -30,6 +39,35 @@ def generate(seed: int, count: int) -> list[Problem]:
         a, b = rng.randint(1, 9), rng.randint(1, 9)
         out.append(Problem(f"{a} + {b}", a + b))
     return out
+
+
+# Fresh families: the prompt and its computed answer from a random source. Continuing a count and copying a number:
+# SmolLM2-135M-Instruct answered every one of them right on the vLLM CPU server (health/README.md has the figures),
+# where it gets only ~70% of single-digit sums; a server that garbles a prompt it has not seen gets them wrong.
+_COPY_SHOT = "Copy: 4821 -> 4821\nCopy: 1937 -> 1937\nCopy: 5063 -> 5063\n"
+
+
+def _count(rng: random.Random) -> Problem:
+    # Never up to or across a hundred: the small model's only miss in 100 counts was 695..698 -> 700 (for 699).
+    x = rng.randrange(1, 10) * 100 + rng.randint(10, 90)
+    return Problem(f"{x}, {x + 1}, {x + 2}, {x + 3},", x + 4, "count")
+
+
+def _copy(rng: random.Random) -> Problem:
+    x = rng.randint(1000, 9999)
+    return Problem(f"{_COPY_SHOT}Copy: {x} ->", x, "copy")
+
+
+FRESH_FAMILIES = {"count": _count, "copy": _copy}
+
+
+def fresh(seed: int, count: int) -> list[Problem]:
+    """`count` fresh problems from a run's own seed, the families taken in turn from a seeded start (so one family
+    does not always get the extra problem of an odd count)."""
+    rng = random.Random(seed)
+    families = list(FRESH_FAMILIES.values())
+    start = rng.randrange(len(families))
+    return [families[(start + i) % len(families)](rng) for i in range(count)]
 
 
 def parse_answer(text: str) -> int | None:
