@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from vllm_rocm_known_issues.evaluator import README_START
 from vllm_rocm_known_issues.evaluator import load as load_known_issues
-from vllm_rocm_stack import chart_values_table
+from vllm_rocm_stack import chart_values_table, readiness_alerts
 from vllm_rocm_stack.generate import KNOWN_ISSUES, REGISTRY, RELEASES_HEADER, Generated, check, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +36,12 @@ BLOCKS: dict[str, Callable[[str], str]] = {
         chart_values_table.BEGIN + "\n", chart_values_table.BEGIN + "\n| `stale` | row | `1` |\n", 1
     ),
     "README.md": _inside_releases_table,
+    str(readiness_alerts.RULES): lambda t: t.replace(
+        "      - alert: VllmPodHeldOut\n", "      - alert: VllmPodHeldOutStale\n", 1
+    ),
+    str(readiness_alerts.RUNBOOK): lambda t: t.replace(
+        readiness_alerts.TABLE_BEGIN + "\n", readiness_alerts.TABLE_BEGIN + "\n| stale | row |\n", 1
+    ),
 }
 
 

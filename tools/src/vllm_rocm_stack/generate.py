@@ -29,7 +29,7 @@ import yaml
 from vllm_rocm_known_issues.evaluator import load as load_known_issues
 from vllm_rocm_known_issues.evaluator import markdown_table, replace_readme_block
 
-from . import chart_values_table, grafana, health_lock
+from . import chart_values_table, grafana, health_lock, readiness_alerts
 from .config import REPO
 
 FIX = "make generate"
@@ -155,6 +155,7 @@ def readme_releases(root: Path) -> str:
 # --- the registry ---------------------------------------------------------------------------------------------------
 
 SERIES = ("docker/releases.json", "patches", KNOWN_ISSUES)
+READINESS = ("health/src/vllm_rocm_health/readiness.py", "tools/src/vllm_rocm_stack/readiness_alerts.py")
 REGISTRY: tuple[Generated, ...] = (
     Generated(
         "docker/docker-bake.hcl",
@@ -167,6 +168,18 @@ REGISTRY: tuple[Generated, ...] = (
         ("tools/src/vllm_rocm_stack/dashboard.py",),
         "vllm_rocm_stack.dashboard.render",
         dashboard_json,
+    ),
+    Generated(
+        str(readiness_alerts.RULES),
+        READINESS,
+        "vllm_rocm_stack.readiness_alerts.group (the block between the generated-readiness-alerts markers)",
+        readiness_alerts.rules_file,
+    ),
+    Generated(
+        str(readiness_alerts.RUNBOOK),
+        READINESS,
+        "vllm_rocm_stack.readiness_alerts.table (the block between the HELD-OUT markers)",
+        readiness_alerts.runbook,
     ),
     Generated(
         "docker/grafana/provisioning/datasources/prometheus.yaml",
