@@ -262,7 +262,7 @@ def test_held_out_inhibitions_pair_a_reason_with_alerts_at_least_as_loud() -> No
         for name in names.split("|"):
             assert loud[severity[name]] >= loud[REASONS[reason].severity], (name, reason)
         muted.append(reason)
-    assert len(muted) == len(set(muted)) == 6, muted
+    assert len(muted) == len(set(muted)) >= 6, muted
 
 
 # -- inhibition, on the real Alertmanager ----------------------------------------------------------------------

@@ -162,6 +162,10 @@ def test_webhook_receiver_appends_each_notification(tmp_path: Path) -> None:
             "alerts": [
                 {"status": "firing", "labels": {"alertname": "VllmCanaryFingerprintDrift", "instance": "a:9400"}},
                 {"status": "resolved", "labels": {"alertname": "VllmHealthSidecarAbsent"}},
+                {
+                    "status": "firing",
+                    "labels": {"alertname": "VllmPodHeldOut", "reason": "health_failing", "instance": "b:9400"},
+                },
             ],
         }
         assert post(receiver.url + "/vllm-rocm-critical", json.dumps(payload).encode()) == 200
@@ -170,7 +174,7 @@ def test_webhook_receiver_appends_each_notification(tmp_path: Path) -> None:
         assert notifications(out) == [payload] and len(out.read_text().splitlines()) == 1
         assert lines == [
             "notification to vllm-rocm-critical: VllmCanaryFingerprintDrift firing on a:9400; "
-            "VllmHealthSidecarAbsent resolved on (no instance)"
+            "VllmHealthSidecarAbsent resolved on (no instance); VllmPodHeldOut(health_failing) firing on b:9400"
         ]
         with urllib.request.urlopen(receiver.url + "/", timeout=10) as r:
             assert r.status == 200 and str(out) in r.read().decode()
