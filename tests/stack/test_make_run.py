@@ -96,6 +96,8 @@ def notified(path: Path, alertname: str, instance: str, status: str) -> list[tup
     ]
 
 
+# Bounded by its own waits instead: the stack's start (480 s), then some ten waits of a measured canary patience each.
+@pytest.mark.timeout(2400)
 def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canary_timing: CanaryTiming) -> None:
     if not (WORK / "models" / "smollm2-135m-instruct" / "config.json").is_file():
         pytest.skip("model missing: run `make setup-vllm`")
