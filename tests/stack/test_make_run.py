@@ -313,7 +313,9 @@ def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canar
             )
         held_fired = time.monotonic() - t2
         code, body = get(sidecar + "/readyz")
-        assert code == 503 and b"health_failing" in body, (code, body)
+        assert code == 503 and b"/health is failing" in body, (code, body)  # /readyz gives the message
+        metrics = get(sidecar + "/metrics")[1].decode()
+        assert 'vllm_sidecar_not_ready_reason{reason="health_failing"} 1.0' in metrics, metrics[-3000:]
         [firing] = [a for a in held_out() if a["state"] == "firing"]
         assert firing["labels"]["reason"] == "health_failing" and firing["labels"]["severity"] == "warning", firing
         payload, alert = notified(notes, "VllmPodHeldOut", instance, "firing")[0]
