@@ -11,14 +11,14 @@ IMAGE_BASES ?= pinned
 # What `make lint` runs: the linters' tests (ruff check and format, mypy, shellcheck, hadolint), none that builds an image.
 LINT_TESTS := tests/test_lint.py tests/docker/test_docker_lint.py
 
-.PHONY: help setup setup-vllm run test test-fast lint check generate bench qualify images patches-status dashboard lock clean
+.PHONY: help setup setup-vllm run test test-fast lint check generate new-release bench qualify images patches-status dashboard lock clean
 
 # `make run RUN_ARGS=--help`, `make bench BENCH_ARGS=--help`, `make qualify QUALIFY_ARGS=--help`: the help at once with the system python
 # (those paths import only the standard library), instead of installing vLLM first.
 wants_help = $(filter -h --help,$(1))
 # Every source root of this tree: the help paths and the generators run this tree's code (also when the venv's
 # editable install is another checkout).
-SRC_PATH := $(CURDIR)/tools/src:$(CURDIR)/qualify/src:$(CURDIR)/health/src:$(CURDIR)/patches/src:$(CURDIR)/known-issues/src
+SRC_PATH := $(CURDIR)/tools/src:$(CURDIR)/qualify/src:$(CURDIR)/health/src:$(CURDIR)/core/src:$(CURDIR)/patches/src:$(CURDIR)/known-issues/src
 HELP_PY := PYTHONPATH=$(SRC_PATH) python3
 GENERATE := PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.generate --root $(CURDIR)
 
@@ -50,6 +50,10 @@ check: setup ## Fail (naming each) when a generated file is stale: bake file, da
 
 generate: setup ## Rewrite the stale generated files from their sources (registry: python -m vllm_rocm_stack.generate --list)
 	@$(GENERATE) --write
+
+new-release: setup ## Bring vLLM VERSION=X in: fetch its files, `patches status`, write its releases.json row and series skeleton, name what changed (patches/README.md)
+	@if [ -z "$(VERSION)" ]; then echo "usage: make new-release VERSION=X.Y.Z  (the recipe: patches/README.md)" >&2; exit 2; fi
+	@PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.new_release $(VERSION)
 
 bench: $(if $(call wants_help,$(BENCH_ARGS)),,setup-vllm) ## Measure what the sidecar and canary cost, next to baselines (~5 min; prints ratios, no asserts)
 	@$(if $(call wants_help,$(BENCH_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.bench $(BENCH_ARGS)

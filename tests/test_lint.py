@@ -15,7 +15,7 @@ BIN = Path(sys.executable).parent
 
 
 def test_ruff() -> None:
-    roots = ["patches/src", "known-issues/src", "qualify/src", "health/src", "tools", "tests"]
+    roots = ["patches/src", "known-issues/src", "core/src", "qualify/src", "health/src", "tools", "tests"]
     res = subprocess.run(
         [str(BIN / "ruff"), "check", "--output-format", "concise", *roots], cwd=REPO, capture_output=True, text=True
     )
@@ -40,23 +40,40 @@ def test_shellcheck_tool_scripts() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-# What each product package may import of the others (docs/architecture.md). Developer tooling (vllm_rocm_stack)
-# may import any of them; none of them may import it, or it would have to ship in the wheel and the images.
+# What each product package may import of the others (docs/architecture.md), lowest first. Developer tooling
+# (vllm_rocm_stack) may import any of them; none of them may import it, or it would have to ship in the wheel and the
+# images.
 MAY_IMPORT = {
     "vllm_rocm_known_issues": set(),
     "vllm_rocm_patches": {"vllm_rocm_known_issues"},
-    "vllm_rocm_health": {"vllm_rocm_known_issues", "vllm_rocm_qualify"},
-    "vllm_rocm_qualify": {"vllm_rocm_health", "vllm_rocm_patches", "vllm_rocm_known_issues"},
+    "vllm_rocm_core": {"vllm_rocm_known_issues"},
+    "vllm_rocm_health": {"vllm_rocm_known_issues", "vllm_rocm_core"},
+    "vllm_rocm_qualify": {"vllm_rocm_health", "vllm_rocm_core", "vllm_rocm_patches", "vllm_rocm_known_issues"},
 }
 ROOTS = {
     "vllm_rocm_known_issues": "known-issues",
     "vllm_rocm_patches": "patches",
+    "vllm_rocm_core": "core",
     "vllm_rocm_health": "health",
     "vllm_rocm_qualify": "qualify",
 }
+# Stdlib only (no third-party import): the patch tool and the evaluator run in bare base images at build time
+# (tests/patches/test_patches_cli.py runs them there); the report format is read by every part.
+STDLIB_ONLY = ("vllm_rocm_known_issues", "vllm_rocm_patches", "vllm_rocm_core")
 
 
 def test_imports_point_one_way() -> None:
+    # The table itself: no package may import one that imports it, directly or through others.
+    assert set(ROOTS) == set(MAY_IMPORT)
+    for package in MAY_IMPORT:
+        reach, todo = set(), list(MAY_IMPORT[package])
+        while todo:
+            other = todo.pop()
+            if other not in reach:
+                reach.add(other)
+                todo += MAY_IMPORT[other]
+        assert package not in reach, f"{package} can reach itself through {sorted(reach)}"
+    # The code keeps to the table.
     first_party = set(MAY_IMPORT) | {"vllm_rocm_stack"}
     wrong = []
     for package, room in ROOTS.items():
@@ -66,10 +83,19 @@ def test_imports_point_one_way() -> None:
                 if top in first_party and top != package and top not in MAY_IMPORT[package]:
                     wrong.append(f"{path.relative_to(REPO)} imports {name}")
     assert not wrong, "\n".join(wrong)
-    # The sidecar reads only the report format of qualify, not the runner and its servers.
-    health = REPO / "health" / "src"
-    used = {m for p in health.rglob("*.py") for m in re.findall(r"vllm_rocm_qualify(?:\.\w+)?", p.read_text())}
-    assert used <= {"vllm_rocm_qualify", "vllm_rocm_qualify.qualification", "vllm_rocm_qualify.qualification_cli"}
+
+
+def test_stdlib_only_packages() -> None:
+    wrong = []
+    for package in STDLIB_ONLY:
+        allowed = set(sys.stdlib_module_names) | MAY_IMPORT[package] | {package, "__future__"}
+        for path in sorted((REPO / ROOTS[package] / "src" / package).rglob("*.py")):
+            wrong += [
+                f"{path.relative_to(REPO)} imports {n}"
+                for n in absolute_imports(path)
+                if n.split(".")[0] not in allowed
+            ]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_one_minimum_python() -> None:

@@ -453,7 +453,12 @@ SPEC = {"method": "eagle3", "num_speculative_tokens": 2}
             "aiter-fa-cudagraph-dead-flag [crash]",
         ),
         (
-            {"compilation.cudagraphMode": "FULL", "attentionBackend": "ROCM_AITER_FA", "speculativeConfig": SPEC},
+            {
+                "vllm.release": "0.14.0",
+                "compilation.cudagraphMode": "FULL",
+                "attentionBackend": "ROCM_AITER_FA",
+                "speculativeConfig": SPEC,
+            },
             "speculative decoding",
         ),
         (

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from vllm_rocm_core.qualification import load
 from vllm_rocm_health.canary.baseline import Baseline
-from vllm_rocm_qualify.qualification import load
 from vllm_rocm_stack.config import pinned_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -2,7 +2,7 @@
 known-bad checks judge the effective settings (templates/_effective.tpl), never the raw values.
 
 Which flags, aliases and environment variables must be refused is derived from the released files of every release
-in GUARD_RELEASES (tests/support/vllm_release_facts.py reads them, nothing is imported); a release that adds a
+in GUARD_RELEASES (vllm_rocm_stack/vllm_release_facts.py reads them, nothing is imported); a release that adds a
 compilation-affecting spelling fails here until the chart refuses it or it is reviewed below. The bypass table
 renders through the real helm; `test_bypass_table_reaches_the_real_parser` parses the same table with the real vLLM
 parser of the CPU venv, so no row is a spelling vLLM would not take.
@@ -36,7 +36,8 @@ from helm_chart import (  # noqa: E402
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tests.support import vllm_release_facts as facts  # noqa: E402
+from vllm_rocm_stack import vllm_release_facts as facts  # noqa: E402
+
 from tests.support.vllm_releases import GUARD_RELEASES, release_tree  # noqa: E402
 
 SETTINGS = yaml.safe_load((CHART / "files" / "vllm-settings.yaml").read_text())
@@ -407,6 +408,21 @@ BYPASSES: list[tuple[str, dict[str, Any], str, bool]] = [
         False,
     ),
     ("future-env", {"extraEnv": [{"name": "VLLM_CUDAGRAPH_SOMETHING_NEW", "value": "1"}]}, "compilation.*", False),
+    # vLLM's log is where the sidecar reads what runs (issue 30): what would hide or reshape it, and ranks that
+    # do not print the engine config line.
+    ("env-logging-config", {"extraEnv": [{"name": "VLLM_LOGGING_CONFIG_PATH", "value": "/l.json"}]}, "log", False),
+    ("env-no-logging", {"extraEnv": [{"name": "VLLM_CONFIGURE_LOGGING", "value": "0"}]}, "log format", False),
+    ("env-logging-prefix", {"extraEnv": [{"name": "VLLM_LOGGING_PREFIX", "value": "[a] "}]}, "log format", False),
+    ("env-logging-warning", {"extraEnv": [{"name": "VLLM_LOGGING_LEVEL", "value": "WARNING"}]}, "log level", False),
+    (
+        "env-logging-level-from-secret",
+        {"extraEnv": [{"name": "VLLM_LOGGING_LEVEL", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]},
+        "log level",
+        False,
+    ),
+    ("dp-rank", {"extraArgs": ["--data-parallel-rank=1"]}, "data-parallel rank", False),
+    ("dp-rank-short", {"extraArgs": ["-dpn", "1"]}, "data-parallel rank", False),
+    ("dp-start-rank", {"extraArgs": ["--data-parallel-start-rank", "2"]}, "data-parallel rank", False),
     # compilationConfig keys that set the mode behind cudagraphMode, or that this release does not read.
     (
         "use-cudagraph",
@@ -442,6 +458,13 @@ BYPASSES: list[tuple[str, dict[str, Any], str, bool]] = [
 def test_bypass_is_refused(values: dict[str, Any], names: str) -> None:
     lines = refusals(values)
     assert lines and all(names in line for line in lines), lines
+
+
+@pytest.mark.parametrize("level", ["DEBUG", "info", "Info"])
+def test_a_log_level_that_keeps_vllms_lines_is_accepted(level: str) -> None:
+    env = {"name": "VLLM_LOGGING_LEVEL", "value": level}
+    vllm = container(pod_spec(render({"extraEnv": [env]})), "vllm")
+    assert env in vllm["env"]
 
 
 def test_issue_bypass_underscore_flag_after_the_chart_flag() -> None:
@@ -513,8 +536,14 @@ def test_attention_inside_piecewise_graphs_is_judged_full(values: dict[str, Any]
 @pytest.mark.parametrize(
     "values,config,mode",
     [
-        ({}, "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE"),
-        ({"enforceEager": True}, "NONE", "NONE"),
+        (
+            {
+                "vllm.release": "0.14.0",
+            },
+            "FULL_AND_PIECEWISE",
+            "FULL_AND_PIECEWISE",
+        ),
+        ({"vllm.release": "0.14.0", "enforceEager": True}, "NONE", "NONE"),
         (
             {
                 "vllm.release": "0.10.2",
@@ -558,20 +587,35 @@ def test_attention_inside_piecewise_graphs_is_judged_full(values: dict[str, Any]
             "PIECEWISE",
         ),
         (
-            {"compilation.cudagraphMode": "PIECEWISE", "compilation.compilationConfig": {"splitting_ops": []}},
+            {
+                "vllm.release": "0.14.0",
+                "compilation.cudagraphMode": "PIECEWISE",
+                "compilation.compilationConfig": {"splitting_ops": []},
+            },
             "NONE",
             "NONE",
         ),
-        ({"compilation.compilationConfig": {"splitting_ops": []}}, "FULL", "FULL"),
+        ({"vllm.release": "0.14.0", "compilation.compilationConfig": {"splitting_ops": []}}, "FULL", "FULL"),
         (
-            {"compilation.compilationConfig": {"splitting_ops": ["vllm::unified_attention_with_output"]}},
+            {
+                "vllm.release": "0.14.0",
+                "compilation.compilationConfig": {"splitting_ops": ["vllm::unified_attention_with_output"]},
+            },
             "FULL_AND_PIECEWISE",
             "FULL",
         ),
-        ({"compilation.compilationConfig": {"mode": "NONE"}}, "NONE", "NONE"),
-        ({"compilation.compilationConfig": {"level": 2}}, "NONE", "NONE"),  # 0.12-0.19 read level as mode
+        ({"vllm.release": "0.14.0", "compilation.compilationConfig": {"mode": "NONE"}}, "NONE", "NONE"),
         (
-            {"compilation.cudagraphMode": "FULL_DECODE_ONLY", "compilation.compilationConfig": {"mode": 0}},
+            {"vllm.release": "0.14.0", "compilation.compilationConfig": {"level": 2}},
+            "NONE",
+            "NONE",
+        ),  # 0.12-0.19 read level as mode
+        (
+            {
+                "vllm.release": "0.14.0",
+                "compilation.cudagraphMode": "FULL_DECODE_ONLY",
+                "compilation.compilationConfig": {"mode": 0},
+            },
             "FULL_DECODE_ONLY",
             "FULL_DECODE_ONLY",
         ),
@@ -589,13 +633,18 @@ def test_attention_inside_piecewise_graphs_is_judged_full(values: dict[str, Any]
             "NONE",
             "NONE",
         ),
-        ({"compilation.compilationConfig": {"pass_config": {"fuse_attn_quant": True}}}, "FULL", "FULL"),
+        (
+            {"vllm.release": "0.14.0", "compilation.compilationConfig": {"pass_config": {"fuse_attn_quant": True}}},
+            "FULL",
+            "FULL",
+        ),
         (
             {
+                "vllm.release": "0.14.0",
                 "compilation.compilationConfig": {
                     "pass_config": {"fuse_attn_quant": True},
                     "use_inductor_graph_partition": True,
-                }
+                },
             },
             "FULL_AND_PIECEWISE",
             "FULL_AND_PIECEWISE",

@@ -385,6 +385,8 @@ SPELLINGS = (
     "{}.post1.dev2",
     "{}+rocm700",
     "{}rc1.dev5+g0a1b",
+    "1!{}",  # a packager's epoch: the same release's code (issue 30)
+    "2!{}rc1+rocm700",
 )
 
 
@@ -412,7 +414,7 @@ def test_version_bounds_agree_with_the_python_rules(probe_chart: Path, tmp_path:
         dict.fromkeys(
             EDGE_VERSIONS
             + [v for b in bounds for v in spellings(b)]
-            + list(ki._RELEASE_CANDIDATES)
+            + list(ki.example_releases())
             + list(ki._ROCM_CANDIDATES)
         )
     )
@@ -560,7 +562,7 @@ def perturbations(issue: ki.Issue, cfg: ki.Config) -> Iterator[tuple[str, ki.Con
     a = issue.affects
     rep = dataclasses.replace
     release = _other_value(
-        cfg.release, [r for r in ki._RELEASE_CANDIDATES if _minor(r) >= (0, 10) and r != "0.9.2"], issue.vllm.contains
+        cfg.release, [r for r in ki.example_releases() if _minor(r) >= (0, 10) and r != "0.9.2"], issue.vllm.contains
     )
     if release:
         backend = cfg.attention_backend
@@ -911,3 +913,27 @@ def test_sidecar_gets_the_rocm_facts() -> None:
     got = env({"rocm.version": "7.0.0", "rocm.gpuArch": "gfx942"})
     assert got["VLLM_HEALTH_ROCM_VERSION"] == "7.0.0" and got["VLLM_HEALTH_GPU_ARCH"] == "gfx942"
     assert "VLLM_HEALTH_ROCM_VERSION" not in env({}) and "VLLM_HEALTH_GPU_ARCH" not in env({})
+
+
+@pytest.mark.parametrize("spelled", spellings("0.10.2"))
+def test_the_sidecar_judges_every_spelling_as_the_chart_does(spelled: str) -> None:
+    """The spellings above through both doors: the chart's guard (values) and the sidecar (vLLM's engine line with
+    that version, parsed and judged as at run time). A row the chart refuses is one the sidecar keeps the pod out
+    for, and the other way round (issue 30: `1!0.10.2` matched no row in the sidecar while the chart refused it)."""
+    from vllm_rocm_health.known_issues import KnownIssueJudge
+    from vllm_rocm_health.state import LogState
+
+    issue = DATA.get("aiter-fa-full-cudagraph-always")
+    log = (ROOT / "health" / "fixtures" / "v0.10.2-image-aiter-fa-full-fp8kv.log").read_text()
+    state = LogState()
+    for line in log.replace("engine (v0.10.2)", f"engine (v{spelled})").splitlines():
+        state.feed(line)
+    assert state.engine.version == spelled
+    judge = KnownIssueJudge(environ={"VLLM_HEALTH_GPU_ARCH": "gfx942"})
+    sidecar = {b.split(":")[0] for b in judge.blocking(state, ())[1]}
+    values = {**values_for(ki.example_config(issue)), "vllm.release": spelled, "rocm.gpuArch": "gfx942"}
+    err = render_error(values)
+    assert issue.id in sidecar, (spelled, sidecar)
+    if "does not match pattern" in err and "/vllm/release" in err:
+        return  # the schema refuses the spelling as a whole (epochs): refused at both doors
+    assert sidecar == {m.group(1) for m in ROW.finditer(err)}, (spelled, sidecar, err[-800:])

@@ -127,12 +127,12 @@ def test_a_kubelet_reference_is_refused(values: dict[str, Any], where: str) -> N
 def test_escaped_references_render_and_reach_vllm_as_literals() -> None:
     values = {
         "extraArgs": ["--chat-template", "$$(literal)"],
-        "extraEnv": [{"name": "VLLM_LOGGING_PREFIX", "value": "$$(x) $HOME $"}],
+        "extraEnv": [{"name": "DEPLOY_NOTE", "value": "$$(x) $HOME $"}],
     }
     vllm = container(pod_spec(render(values)), "vllm")
     argv, env = expand_container(vllm, service_env={"literal": "INJECTED", "x": "INJECTED"})
     assert argv[-2:] == ["--chat-template", "$(literal)"]
-    assert env["VLLM_LOGGING_PREFIX"] == "$(x) $HOME $"
+    assert env["DEPLOY_NOTE"] == "$(x) $HOME $"
 
 
 def test_the_chart_refuses_exactly_the_strings_the_kubelet_could_rewrite() -> None:

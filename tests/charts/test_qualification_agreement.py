@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_rocm_core.qualification import QualificationError, validate
 from vllm_rocm_health.canary.baseline import Baseline, BaselineError
-from vllm_rocm_qualify.qualification import QualificationError, validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helm_chart import (  # noqa: E402

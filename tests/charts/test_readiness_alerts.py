@@ -76,15 +76,15 @@ def test_every_reason_has_its_alert_and_runbook_section() -> None:
 
 def test_a_new_reason_needs_make_generate_and_a_runbook_section(monkeypatch: pytest.MonkeyPatch) -> None:
     """The recipe: a line in REASONS, `make generate` (the rule), a runbook section. Each missing step is found."""
-    new = {**REASONS, "log_format_unknown": HeldOut(CRITICAL, "5m")}
+    new = {**REASONS, "weights_unverified": HeldOut(CRITICAL, "5m")}
     rules, runbook = RULES.read_text(), RUNBOOK.read_text()
-    assert problems(new, rules, runbook) == ["log_format_unknown: 0 VllmPodHeldOut rules (run `make generate`)"]
+    assert problems(new, rules, runbook) == ["weights_unverified: 0 VllmPodHeldOut rules (run `make generate`)"]
     monkeypatch.setattr(readiness_alerts, "REASONS", new)
     regenerated = readiness_alerts.with_group(rules, readiness_alerts.group())
     assert problems(new, regenerated, runbook) == [
-        'log_format_unknown: no runbook section "### `log_format_unknown`" with Meaning, Check and Fix'
+        'weights_unverified: no runbook section "### `weights_unverified`" with Meaning, Check and Fix'
     ]
-    entry = "\n### `log_format_unknown`\n\n- **Meaning**: m.\n- **Check**: c.\n- **Fix**: f.\n"
+    entry = "\n### `weights_unverified`\n\n- **Meaning**: m.\n- **Check**: c.\n- **Fix**: f.\n"
     assert problems(new, regenerated, runbook + entry) == []
     # A reason that is gone leaves a rule behind until `make generate`.
     gone = {k: v for k, v in REASONS.items() if k != "canary_stale"}

@@ -1,4 +1,4 @@
-"""docker/docker-bake.hcl is generated from docker/releases.json and patches/ and must be up to date; each image
+"""docker/docker-bake.hcl is generated from releases.json and patches/ and must be up to date; each image
 tag says the release and its patch level (p<N> = the patches listed in patches/vllm-<release>/series)."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_every_supported_release_has_an_image_tagged_release_and_patch_level() -
 
 
 def test_matrix_and_bake_agree_on_bases_and_build_paths() -> None:
-    matrix = json.loads((DOCKER / "releases.json").read_text())
+    matrix = json.loads((DOCKER.parent / "releases.json").read_text())
     found = targets()
     dockerfile = {"prebuilt": "docker/vllm-rocm/Dockerfile", "source": "docker/vllm-rocm/Dockerfile.source"}
     for row in matrix["releases"]:

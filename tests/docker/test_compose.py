@@ -10,6 +10,7 @@ amtool and a real Alertmanager in tests/charts/test_alertmanager_routing.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -107,6 +108,17 @@ def test_sidecar_reads_the_log_vllm_writes() -> None:
     assert health["environment"]["VLLM_HEALTH_VLLM_URL"] == "http://vllm:8000"
     assert health["depends_on"]["vllm"]["condition"] == "service_started"
     assert any(p.endswith(":9400") for p in health["ports"])
+
+
+@pytest.mark.parametrize("mode", ["", "FULL_DECODE_ONLY"])
+def test_vllm_and_the_sidecar_get_the_same_cudagraph_mode(mode: str) -> None:
+    """As the chart does: vLLM is given the mode explicitly, and the sidecar expects what vLLM was given (another
+    mode in vLLM's config line is mode_mismatch). Default: FULL_AND_PIECEWISE, the chart's without a report."""
+    services = load({"VLLM_CUDAGRAPH_MODE": mode} if mode else {})["services"]
+    command = services["vllm"]["command"]
+    flag = json.loads(command[command.index("--compilation-config") + 1])
+    assert flag == {"cudagraph_mode": mode or "FULL_AND_PIECEWISE"}
+    assert services["health"]["environment"]["VLLM_HEALTH_EXPECTED_MODE"] == flag["cudagraph_mode"]
 
 
 def test_published_ports_bind_localhost() -> None:
@@ -217,12 +229,12 @@ def test_podman_compose_up_dry_run_gives_the_rocm_container_setup(tmp_path: Path
         env={"RENDER_GID": "109", "CONTAINERS_STORAGE_CONF": str(conf)},
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    creates = {}
+    creates, lines = {}, {}
     for line in (res.stdout + res.stderr).splitlines():
         if "podman create " in line:
             argv = shlex.split(line.split("podman create ", 1)[1])
             service = next(a.split("=", 1)[1] for a in argv if a.startswith("io.podman.compose.service="))
-            creates[service] = argv
+            creates[service], lines[service] = argv, line.rstrip()
     assert set(creates) == {"vllm", "health", "prometheus", "alertmanager", "grafana"}
     vllm, health = " ".join(creates["vllm"]), " ".join(creates["health"])
     assert "--device /dev/kfd --device /dev/dri" in vllm
@@ -235,8 +247,8 @@ def test_podman_compose_up_dry_run_gives_the_rocm_container_setup(tmp_path: Path
     log_volume = "source=vllm-rocm_vllm-logs,destination=/var/log/vllm"
     assert f"type=volume,{log_volume} " in vllm + " " and f"type=volume,{log_volume},ro" in health
     for name, svc in load({"RENDER_GID": "109"})["services"].items():  # image, then the command's arguments
-        argv = creates[name]
-        assert argv[argv.index(svc["image"]) :] == [svc["image"], *svc.get("command", [])], name
+        # As printed: podman-compose logs the argv joined by spaces, unquoted (vLLM's JSON argument has some).
+        assert lines[name].endswith(" " + " ".join([svc["image"], *svc.get("command", [])])), name
 
 
 def test_grafana_is_optional_and_reads_the_charts_dashboard() -> None:

@@ -44,10 +44,11 @@ def serve(env: dict[str, str], tmp: Path, mounts: dict[str, Path] | None = None)
         for inside, outside in (mounts or {}).items():
             if value == inside:
                 env[var] = str(outside)
+    (tmp / "vllm.log").touch()
     env.update(
         {
             "VLLM_HEALTH_VLLM_URL": "http://127.0.0.1:9",
-            "VLLM_HEALTH_LOG_SOURCE": "none",
+            "VLLM_HEALTH_LOG_SOURCE": f"file:{tmp / 'vllm.log'}",
             "VLLM_HEALTH_LISTEN": f"127.0.0.1:{free_port()}",
             "VLLM_HEALTH_MODEL": "m",
         }
@@ -85,6 +86,7 @@ def test_overlays_match_the_compose_spec(tmp_path: Path) -> None:
 def test_compose_alone_gives_the_sidecar_no_reference_and_it_refuses_to_start(tmp_path: Path) -> None:
     env = resolved_health()["environment"]
     assert not {"VLLM_HEALTH_CANARY_BASELINE", "VLLM_HEALTH_QUALIFICATION", "VLLM_HEALTH_CANARY_ENABLED"} & set(env)
+    assert env["VLLM_HEALTH_EXPECTED_MODE"] == "FULL_AND_PIECEWISE"  # the mode vLLM is given, as the chart passes it
     res = serve(env, tmp_path)
     assert res.returncode == 2, res.stdout
     for way in ("no accuracy reference", "compose.baseline.yaml", "compose.qualified.yaml", "compose.no-canary.yaml"):

@@ -53,11 +53,23 @@ def test_vllm_and_sidecar_wait_for_the_gate_and_read_what_it_writes() -> None:
     assert gate["command"][gate["command"].index("--report") + 1] == "/etc/vllm-rocm/qualification.json"
     for svc in (vllm, health):
         assert svc["depends_on"]["qualification"]["condition"] == "service_completed_successfully"
-        assert mounts(svc)[out_dir] == "qualified" and svc["volumes"][0].endswith(":ro")
-    # The overlay's vLLM command is the base command plus --config (compose replaces a command, not appends).
-    assert vllm["command"][:-2] == base["vllm"]["command"]
+        assert all(v.endswith(":ro") for v in svc["volumes"])
+    assert mounts(vllm)[out_dir] == "qualified"
+    # The overlay's vLLM command is the base command without its --compilation-config (the command line would
+    # override the config file) plus --config (compose replaces a command, not appends).
+    flag = base["vllm"]["command"].index("--compilation-config")
+    assert vllm["command"][:-2] == base["vllm"]["command"][:flag] + base["vllm"]["command"][flag + 2 :]
     assert vllm["command"][-2:] == ["--config", f"{out_dir}/vllm.yaml"]
-    assert health["environment"]["VLLM_HEALTH_CANARY_BASELINE"] == f"{out_dir}/baseline.json"
+    # The sidecar reads the report itself, as the chart's does (its baseline, failed modes, release), and expects
+    # the mode the operator named, else (empty) the report's recommendation: the gate's choice.
+    env = health["environment"]
+    assert mounts(health)[env["VLLM_HEALTH_QUALIFICATION"]] == str(REPORT)
+    assert "VLLM_HEALTH_CANARY_BASELINE" not in env
+    assert env["VLLM_HEALTH_EXPECTED_MODE"] == ""
+    assert (
+        load({**ENV, "VLLM_CUDAGRAPH_MODE": "FULL"})["services"]["health"]["environment"]["VLLM_HEALTH_EXPECTED_MODE"]
+        == "FULL"
+    )
     # The gate checks the model the base file serves.
     served = gate["command"][gate["command"].index("--served-model-name") + 1]
     assert served == base["vllm"]["command"][0]

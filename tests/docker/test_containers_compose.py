@@ -9,7 +9,12 @@ One life of the stack, as an operator lives it:
 2. The model is swapped for the perturbed copy (`VLLM_MODEL_DIR=... up -d --force-recreate --no-deps vllm`):
    the sidecar says 503, the canary alert fires in Prometheus and Alertmanager delivers it to the receiver.
 3. Back to the good model: the alert resolves and the receiver hears that too.
-4. `compose down` leaves nothing running; the named volumes hold what compose.yaml says they hold.
+4. The qualified overlay (compose.qualified.yaml) on the same vLLM (no other vLLM start): its gate container runs
+   for real (a passing mode goes through, a failed one is refused), and the sidecar, recreated with a report, is
+   Ready on a report of this release, model and mode, and 503 with each runtime rule under compose: a report of
+   another release (`release_not_qualified`), a report that failed the mode vLLM runs
+   (`mode_failed_qualification`), a mode other than the one asked (`mode_mismatch`).
+5. `compose down` leaves nothing running; the named volumes hold what compose.yaml says they hold.
 
 Grafana (no Debian package) is not started; `service_healthy` ordering is not enforced by podman 4.3 (see
 docker/README.md, "Tested without a GPU").
@@ -30,7 +35,7 @@ from vllm_rocm_stack.alertmanager import EXAMPLE_CONFIG, WebhookReceiver, local_
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.images.build import store_lock
 from vllm_rocm_stack.images.podman import Podman
-from vllm_rocm_stack.images.standin import StandIns
+from vllm_rocm_stack.images.standin import StandIns, cpu_release
 from vllm_rocm_stack.prometheus import rules_with_for
 
 from tests.support.http import get
@@ -40,6 +45,8 @@ from tests.support.vllm_server import free_port
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 FILES = [DOCKER / "compose.yaml", DOCKER / "compose.cpu.yaml", DOCKER / "compose.baseline.yaml"]
+# Step 4: the qualified overlay instead of the baseline one (vLLM is not recreated under it: the sidecar and the gate).
+QUALIFIED = [DOCKER / "compose.yaml", DOCKER / "compose.cpu.yaml", DOCKER / "compose.qualified.yaml"]
 RULES = REPO / "charts" / "vllm-rocm" / "files" / "alerts.rules.yaml"
 RUNBOOK = REPO / "charts" / "vllm-rocm" / "docs" / "runbook.md"
 PROJECT = "vllm-rocm-test"
@@ -61,12 +68,17 @@ class Stack:
     def __init__(self, podman: Podman, env: dict[str, str], ports: dict[str, int], tmp: Path) -> None:
         self.podman, self.env, self.ports, self.tmp = podman, env, ports, tmp
 
-    def compose(self, *args: str, timeout: float = 600, **extra: str) -> str:
-        proc = self.podman.compose(FILES, PROJECT, *args, env={**self.env, **extra}, timeout=timeout, check=False)
+    def compose(self, *args: str, timeout: float = 600, files: list[Path] = FILES, **extra: str) -> str:
+        proc = self.compose_rc(*args, timeout=timeout, files=files, **extra)
         assert proc.returncode == 0, (
             f"podman-compose {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
         return proc.stdout
+
+    def compose_rc(
+        self, *args: str, timeout: float = 600, files: list[Path] = FILES, **extra: str
+    ) -> subprocess.CompletedProcess[str]:
+        return self.podman.compose(files, PROJECT, *args, env={**self.env, **extra}, timeout=timeout, check=False)
 
     def containers(self, all_: bool = True) -> dict[str, str]:
         """service -> container name, of this project."""
@@ -235,6 +247,7 @@ def test_compose_up_alert_reaches_the_receiver(stack: Stack) -> None:
         _alert_cycle(stack, receiver, patience)
     finally:
         receiver.stop()
+    _qualified_authority(stack, patience)
     _down(stack)
     print(
         f"compose test: vLLM healthy after {took:.0f} s, a canary run {canary_run:.0f} s, "
@@ -332,8 +345,82 @@ def _alert_cycle(stack: Stack, receiver: WebhookReceiver, patience: float) -> No
     )
 
 
+def _qualified_authority(stack: Stack, patience: float) -> None:
+    """4. compose.qualified.yaml gives the sidecar the chart's authority: the report (its baseline, failed modes and
+    release) and the deployed mode. vLLM keeps running (the CPU build, eager: its config line says NONE); the gate
+    runs in the sidecar image as compose runs it, and the sidecar is recreated under the overlay with each report."""
+    baseline = json.loads(Path(stack.env["CANARY_BASELINE"]).read_text())
+    release = cpu_release()
+
+    def report(name: str, version: str, rows: dict[str, str], recommended: str) -> str:
+        raw = {
+            "kind": "vllm-rocm-qualification",
+            "format": 1,
+            "vllm_version": version,
+            "served_model_name": baseline["model"],
+            "rows": [{"mode": m, "verdict": v, "verdict_reason": f"{v} in this test"} for m, v in rows.items()],
+            "recommended": recommended,
+            "baseline": baseline,
+        }
+        path = stack.tmp / f"report-{name}.json"
+        path.write_text(json.dumps(raw))
+        return str(path)
+
+    both = {"NONE": "pass", "FULL_AND_PIECEWISE": "pass", "FULL": "fail"}
+    good = report("good", release, both, "NONE")
+    env = {"QUALIFICATION_REPORT": good, "VLLM_MODEL": baseline["model"]}
+    # The gate, for real in the sidecar image (read-only root, no network): the recommended mode goes through...
+    gate = stack.compose_rc("run", "--rm", "--no-deps", "qualification", files=QUALIFIED, **env)
+    assert gate.returncode == 0 and "qualified: cudagraph_mode NONE" in gate.stdout + gate.stderr, gate
+    # ...a mode the report failed does not: vLLM and the sidecar would never start.
+    refused = stack.compose_rc(
+        "run", "--rm", "--no-deps", "qualification", files=QUALIFIED, **env, VLLM_CUDAGRAPH_MODE="FULL"
+    )
+    assert refused.returncode != 0 and "FULL failed qualification" in refused.stdout + refused.stderr, refused
+
+    cases = [
+        # (report, VLLM_CUDAGRAPH_MODE, readiness, reason code, words in the reason)
+        (good, "", 200, "ok", "ok"),
+        (report("other-release", "0.33.0", both, "NONE"), "", 503, "release_not_qualified", "measured on vLLM 0.33.0"),
+        (
+            report("none-failed", release, {"NONE": "fail", "FULL_AND_PIECEWISE": "pass"}, "FULL_AND_PIECEWISE"),
+            "",
+            503,
+            "mode_failed_qualification",
+            "vLLM runs cudagraph_mode NONE",
+        ),
+        (good, "FULL_AND_PIECEWISE", 503, "mode_mismatch", "the deployment asked for FULL_AND_PIECEWISE"),
+    ]
+    for path, mode, want, code, words in cases:
+        t0 = time.monotonic()
+        case = {**env, "QUALIFICATION_REPORT": path, "VLLM_CUDAGRAPH_MODE": mode}
+        stack.compose("up", "-d", "--force-recreate", "--no-deps", "health", files=QUALIFIED, **case)
+        reason = _wait_readiness(stack, want, words, patience, f"{Path(path).name}, mode {mode or '(report)'}")
+        metrics = get(stack.url("health", "/metrics"))[1].decode()
+        if code != "ok":
+            assert f'vllm_sidecar_not_ready_reason{{reason="{code}"}} 1.0' in metrics, (code, reason)
+        took = time.monotonic() - t0
+        print(f"compose qualified overlay: {Path(path).name}, mode {mode or '(report)'} -> {code} in {took:.0f} s")
+    # The gate's volume is the overlay's own: gone with it (step 5 checks what compose.yaml's volumes hold).
+    stack.podman("volume", "rm", "--force", f"{PROJECT}_qualified", check=False)
+
+
+def _wait_readiness(stack: Stack, want: int, words: str, patience: float, what: str) -> str:
+    """Wait until the sidecar's /readyz answers `want` with `words` in its reason; returns the reason."""
+    seen: list[tuple[int, str]] = []
+
+    def judged() -> bool:
+        status, body = get(stack.url("health", "/readyz"))
+        if status in (200, 503):
+            seen.append((status, json.loads(body)["reason"]))
+        return bool(seen) and seen[-1][0] == want and words in seen[-1][1]
+
+    stack.wait(f"sidecar /readyz {want} ({words}) on {what}", judged, patience, ("vllm", "health"))
+    return seen[-1][1]
+
+
 def _down(stack: Stack) -> None:
-    """4. down: nothing runs; the named volumes stay and hold what compose.yaml says."""
+    """5. down: nothing runs; the named volumes stay and hold what compose.yaml says."""
     stack.compose("--profile", "monitoring", "down", timeout=300)  # without the profile its services stay up
     assert stack.containers() == {}, stack.containers()
     volumes = {}

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import ast
 import base64
+import csv
 import hashlib
 import json
 import shlex
 import shutil
 import struct
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ from vllm_rocm_stack.images.buildah import Buildah, BuildFailed
 
 from tests.docker.conftest import REPO
 from tests.docker.test_dockerfiles import Parsed, parse, resolve, stage_values
+from tests.support import product_wheel
 from tests.support.images import BUILD_TIMEOUT, CPU_TARGET
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)  # the first test to ask for the images waits for the build
@@ -389,6 +392,34 @@ def test_health_image_runtime_config(health_image: dict, buildah: Buildah) -> No
         ],
     )
     assert res.stdout.split() == [uid, "no-pip", "cli", "venv-read-only"], res.stdout + res.stderr
+
+
+def test_the_sidecar_image_installs_the_product_wheel(health_image: dict, buildah: Buildah, tmp_path: Path) -> None:
+    """The image's venv holds the wheel tests/test_packaging.py runs every command of: the same files, byte for byte
+    (RECORD hashes), the known-issues data and the patch series among them; no data path in the environment."""
+    wheel = product_wheel.build(tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        record = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+    built = {
+        path: digest for path, digest, _size in csv.reader(record.splitlines()) if digest and ".dist-info/" not in path
+    }
+    code = (
+        "import csv, importlib.metadata as m, json, os; d = m.distribution('vllm-rocm-dist'); "
+        "print(json.dumps({'env': sorted(k for k in os.environ if k.startswith('VLLM_ROCM_')), "
+        "'record': {p: h for p, h, _ in csv.reader(d.read_text('RECORD').splitlines())}}))"
+    )
+    res = run_in(buildah, health_image["image"], ["python", "-c", code])
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    installed = {
+        p: h
+        for p, h in got["record"].items()
+        if h and ".dist-info/" not in p and not p.startswith("..") and "/__pycache__/" not in p
+    }
+    assert installed == built
+    assert any(p.startswith("vllm_rocm_patches/data/vllm-") for p in installed)
+    assert "vllm_rocm_known_issues/data/known-issues.json" in installed
+    assert got["env"] == []
 
 
 # --- a tampered series does not become an image ---------------------------------------------------------------

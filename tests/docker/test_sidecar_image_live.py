@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from vllm_rocm_qualify.processes import ManagedProcess, wait_until
 from vllm_rocm_stack.images.buildah import Buildah, container_main_pid
 from vllm_rocm_stack.proxy import SwitchableProxy
@@ -27,6 +26,7 @@ from vllm_rocm_stack.vllm_server import VllmServer
 
 from tests.docker.conftest import DOCKER
 from tests.support.canary import CanaryTiming
+from tests.support.docker_shim import services
 from tests.support.images import BUILD_TIMEOUT
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT + 600)]
@@ -83,10 +83,10 @@ class SidecarContainer:
 
 
 def compose_env() -> dict[str, str]:
+    """The health service's environment as compose.yaml, the CPU overlay and the baseline overlay merge it."""
     env: dict[str, str] = {}
-    for name in ("compose.yaml", "compose.baseline.yaml"):
-        service = yaml.safe_load((DOCKER / name).read_text())["services"]["health"]
-        env.update({k: str(v) for k, v in service["environment"].items()})
+    for name in ("compose.yaml", "compose.cpu.yaml", "compose.baseline.yaml"):
+        env.update({k: str(v) for k, v in services(DOCKER / name)["health"]["environment"].items()})
     return env
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from vllm_rocm_health import logparse as lp
 from vllm_rocm_health.state import LogState
 
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
+REAL_H200 = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "qualify" / "h200-vllm-0.26.0"
 
 
 def summarise(name: str, hint: str = "") -> dict:
@@ -134,11 +136,17 @@ def test_both_config_formats() -> None:
         "<CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}"
     )
     for line, version in ((json_line, "0.11.0"), (dict_line, "0.14.0")):
-        (ev,) = lp.parse_line(line)
-        assert (ev.kind, ev.mode, ev.text) == (lp.ENGINE_START, "FULL_DECODE_ONLY", version)
+        start, config = lp.parse_line(line)
+        assert (start.kind, start.mode, start.text) == (lp.ENGINE_START, "FULL_DECODE_ONLY", version)
+        assert config.kind == lp.CONFIG and json.loads(config.text) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
     for value, mode in (("0", "NONE"), ("1", "PIECEWISE"), ("2", "FULL"), ("[2,1]", "FULL_AND_PIECEWISE")):
-        (ev,) = lp.parse_line(L(f'Initializing a V1 LLM engine (v0.10.2) with config: x={{"cudagraph_mode":{value}}}'))
-        assert ev.mode == mode
+        start, _ = lp.parse_line(
+            L(f'Initializing a V1 LLM engine (v0.10.2) with config: compilation_config={{"cudagraph_mode":{value}}}')
+        )
+        assert start.mode == mode
+    # Only compilation_config's own key counts: the same text under another key is no mode at all.
+    start, error = lp.parse_line(L('Initializing a V1 LLM engine (v0.10.2) with config: x={"cudagraph_mode":2}'))
+    assert (start.mode, error.kind) == ("unknown", lp.CONFIG_ERROR)
 
 
 def test_ansi_colours_and_carriage_returns() -> None:
@@ -367,3 +375,83 @@ def test_a_real_0_32_cpu_log_with_client_text_in_it() -> None:
     assert s["failures"] == [] and s["engines_seen"] == 1 and s["restarts"] == 0 and s["instance"] == 1
     text = (FIXTURES / "v0.32.0-cpu-eager-real.log").read_text()
     assert "EngineCore failed to start" in text and "hipError" in text  # the client's text is in the log
+
+
+def test_kv_cache_memory_bytes_sizes_the_cache_too() -> None:
+    """--kv-cache-memory-bytes: vLLM (0.22-0.26 gpu_worker.py) skips memory profiling and never prints
+    `Available KV cache memory`; the capture after its `reserved ... for KV Cache` line is the real one (issue 29:
+    the sidecar waited at 0% forever). The real 0.26.0 FULL log with that one line as such a server prints it."""
+    text = (REAL_H200 / "FULL.log").read_text()
+    kv_line = next(ln for ln in text.splitlines() if "Available KV cache memory" in ln)
+    prefix = kv_line.split("Available KV cache memory")[0]
+    sized = text.replace(
+        kv_line,
+        prefix + "Initial free memory 138.19 GiB, reserved 2.79 GiB memory for KV Cache as specified by "
+        "kv_cache_memory_bytes config and skipped memory profiling. This does not respect the gpu_memory_utilization "
+        "config. Only use kv_cache_memory_bytes config when you want manual control of KV cache memory size. If "
+        "OOM'ed, check the difference of initial free memory between the current run and the previous run where "
+        "kv_cache_memory_bytes is suggested and update it correspondingly.",
+    )
+    assert sized != text
+    state = LogState()
+    for line in sized.splitlines():
+        state.feed(line)
+    s = state.summary()
+    assert s["capture_finished"] and s["effective_mode"] == "FULL" and s["graphs"] == {"unspecified/FULL": 35}
+
+
+def test_an_excerpt_without_the_engine_line_still_says_version_and_mode() -> None:
+    """What operators paste: the API server's version and `non-default args` lines, marked as such."""
+    s = summarise("v0.9.2rc2.dev1221-rocm-excerpt.log")
+    assert s["excerpt"] is True and s["engines_seen"] == 0
+    assert s["vllm_version"] == "0.9.2rc2.dev1221+g7c4a2b5d3.rocm700"
+    assert s["requested_mode"] == "FULL"
+    assert s["facts_source"] == {"vllm_version": "API server version line", "requested_mode": "non-default args"}
+    # A full log says where its facts came from too.
+    full = summarise("v0.32.0-cpu-eager-real.log")
+    assert full["excerpt"] is False and full["facts_source"]["vllm_version"] == "engine config line"
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [
+        ("'{\"cudagraph_mode\": 2}'", "FULL"),
+        ("'{\"cudagraph_mode\": [2, 1]}'", "FULL_AND_PIECEWISE"),
+        ('\'{"cudagraph_mode": "full_decode_only"}\'', "FULL_DECODE_ONLY"),
+        ('{"full_cuda_graph": true, "cudagraph_mode": "FULL"}', "FULL"),
+        ("{'cudagraph_mode': 'PIECEWISE'}", "PIECEWISE"),
+        ("{'mode': None, 'cudagraph_mode': <CUDAGraphMode.NONE: 0>}", "NONE"),
+    ],
+)
+def test_non_default_args_mode_in_every_spelling(value: str, mode: str) -> None:
+    line = L(f"non-default args: {{'model': 'm', 'compilation_config': {value}}}", src="api_utils.py")
+    assert [(e.kind, e.mode) for e in lp.parse_line(line)] == [(lp.REQUESTED, mode)]
+
+
+def test_non_default_args_are_read_by_structure() -> None:
+    """A model path or name that spells a mode is a value, not the mode (a substring search took it before)."""
+    line = L(
+        "non-default args: {'model': '/m/cudagraph_mode=FULL_DECODE_ONLY', 'enforce_eager': False, "
+        "'served_model_name': ['max_num_seqs: 1'], 'compilation_config': {'cudagraph_mode': <CUDAGraphMode.FULL: 2>}}",
+        src="api_utils.py",
+    )
+    assert [(e.kind, e.mode, e.text) for e in lp.parse_line(line)] == [(lp.REQUESTED, "FULL", "")]
+
+
+def test_the_engine_line_settles_what_v2_bars_cannot() -> None:
+    """V2 bars say only FULL: the engine config line (not the args, which a path could spoof) says which FULL."""
+    state = LogState()
+    state.feed(
+        L("non-default args: {'compilation_config': '{\"cudagraph_mode\": \"FULL_DECODE_ONLY\"}'}", "api_utils.py")
+    )
+    state.feed(
+        L(
+            "Initializing a V1 LLM engine (v0.26.0) with config: model='m', "
+            "compilation_config={'cudagraph_mode': <CUDAGraphMode.FULL: 2>}"
+        )
+    )
+    state.feed("(EngineCore pid=1) Capturing CUDA graphs (FULL): 100%|##| 35/35 [00:01<00:00, 30.00it/s]")
+    state.feed(L("Available KV cache memory: 1.00 GiB", src="gpu_worker.py"))
+    state.feed("(EngineCore pid=1) Capturing CUDA graphs (FULL): 100%|##| 35/35 [00:01<00:00, 30.00it/s]")
+    state.feed(L("Graph capturing finished in 1 secs, took 0.13 GiB", src="model_runner.py", proc="EngineCore pid=1"))
+    assert state.summary()["effective_mode"] == "FULL"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from vllm_rocm_core.qualification import FORMAT, KIND, validate
 from vllm_rocm_health import config as cfgmod
 from vllm_rocm_health.readiness import REASONS, Inputs, decide
 from vllm_rocm_health.state import EngineState
-from vllm_rocm_qualify.qualification import FORMAT, KIND, validate
 
 
 def _engine(**kw) -> EngineState:
@@ -45,6 +45,7 @@ def test_readiness_rules(engine, healthy, canary, ready, why) -> None:
             canary_max_age=10.0,
             instance=3,
             canary_pass_instance=3,
+            engine_seen=True,
         )
     )
     assert v.ready is ready and why in v.message
@@ -96,6 +97,10 @@ def test_runtime_authority_rules() -> None:
     assert decide(_ready_inputs(engine=down)).ready
     v = decide(_ready_inputs(engine=down, failed_modes=frozenset({"PIECEWISE"})))
     assert (v.ready, v.code) == (False, "mode_failed_qualification")
+    # running a mode the report failed is named before a mismatch: it is known wrong on this node
+    eager = _engine(capture_finished=True, config_mode="NONE", effective="NONE")
+    v = decide(_ready_inputs(engine=eager, failed_modes=frozenset({"NONE"})))
+    assert (v.ready, v.code) == (False, "mode_failed_qualification") and "NONE" in v.message
     # a qualification report belongs to the release it measured: another one, or one not known yet, is refused
     rep = validate(
         {
@@ -128,6 +133,56 @@ def test_runtime_authority_rules() -> None:
     v = decide(_ready_inputs(known_issues_error="version '0.1.2x' is not a PEP 440 version"))
     assert (v.ready, v.code) == (False, "known_issues_unknown")
     assert {v.code for v in [decide(_ready_inputs())]} == {"ok"}
+
+
+def test_a_log_source_means_the_engine_line_is_required() -> None:
+    """With a log source, Ready needs vLLM's own engine config line: capture lines alone (another rank's, a logging
+    configuration that hides the config line) vouch for nothing. Pending until vLLM has answered /health for the
+    grace, then named."""
+    captured = _engine(capture_finished=True, effective="FULL_AND_PIECEWISE")
+    for healthy_for in (None, 0.0, 59.9):
+        v = decide(_ready_inputs(engine=captured, engine_seen=False, healthy_for=healthy_for, log_grace=60.0))
+        assert (v.ready, v.code) == (False, "capture_pending") and "engine config line" in v.message
+    v = decide(_ready_inputs(engine=captured, engine_seen=False, healthy_for=60.5, log_grace=60.0))
+    assert (v.ready, v.code) == (False, "engine_config_unseen") and "VLLM_LOGGING_CONFIG_PATH" in v.message
+    v = decide(_ready_inputs(engine=captured, engine_seen=False, healthy_for=float("nan")))
+    assert (v.ready, v.code) == (False, "capture_pending")  # an unknown time is no overdue log, but still not ready
+    # Without a log source there is nothing to require (documented: readiness rests on /health and the canary).
+    assert decide(_ready_inputs(engine=captured, engine_seen=False, capture_gate=False, expected_mode="")).ready
+
+
+def test_an_unreadable_engine_line_gives_no_facts() -> None:
+    e = _engine(capture_finished=True, config_mode="unknown", config_error="key 'kv_cache_dtype' twice")
+    for expected in ("FULL_AND_PIECEWISE", ""):
+        v = decide(_ready_inputs(engine=e, expected_mode=expected))
+        assert (v.ready, v.code) == (False, "engine_config_unreadable") and "twice" in v.message
+
+
+def test_capture_lines_the_sidecar_does_not_know_are_named_after_the_grace() -> None:
+    e = _engine(config_mode="FULL_AND_PIECEWISE", effective="FULL_AND_PIECEWISE", version="0.99.0")
+    v = decide(_ready_inputs(engine=e, healthy_for=10.0, log_grace=60.0))
+    assert (v.ready, v.code) == (False, "capture_pending")
+    v = decide(_ready_inputs(engine=e, healthy_for=61.0, log_grace=60.0))
+    assert (v.ready, v.code) == (False, "log_format_unknown") and "0.99.0" in v.message
+    # /health not answering: the capture may really still run, so it stays pending
+    assert decide(_ready_inputs(engine=e, healthy_for=None)).code == "capture_pending"
+    # a mode without graphs needs no capture line
+    eager = _engine(config_mode="NONE", effective="NONE", requested="NONE", eager=True)
+    assert decide(_ready_inputs(engine=eager, expected_mode="NONE", healthy_for=600.0)).ready
+
+
+def test_qualified_means_passed() -> None:
+    """A report that passed only some modes: vLLM's own fallback to a mode it never measured is not Ready."""
+    fallback = _engine(
+        capture_finished=True, config_mode="FULL_AND_PIECEWISE", requested="FULL_AND_PIECEWISE", effective="PIECEWISE"
+    )
+    passed = frozenset({"NONE", "FULL_AND_PIECEWISE"})
+    v = decide(_ready_inputs(engine=fallback, passed_modes=passed))
+    assert (v.ready, v.code) == (False, "mode_not_qualified")
+    assert "PIECEWISE" in v.message and "FULL_AND_PIECEWISE" in v.message and "NONE" in v.message
+    assert decide(_ready_inputs(passed_modes=passed)).ready  # the mode it passed
+    v = decide(_ready_inputs(passed_modes=frozenset()))  # a report that passed nothing
+    assert (v.ready, v.code) == (False, "mode_not_qualified") and "passed: none" in v.message
 
 
 def _parse(argv: list[str], env: dict[str, str], canary: bool = False) -> cfgmod.SidecarConfig:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.canary import make_baseline
+from tests.support.kfd import write_topology
 from tests.support.sidecar import SidecarProcess
 
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
@@ -136,7 +137,7 @@ def test_a_config_line_without_a_readable_mode_is_not_ready(tmp_path: Path, answ
         text = ENGINE.replace("compilation_config=", "compilation_config_gone=")
     sc, _ = start(tmp_path, answerer, text, "--expected-mode", "FULL_AND_PIECEWISE")
     try:
-        wait_code(sc, 503, "shows no cudagraph_mode")
+        wait_code(sc, 503, "engine config line does not read as vLLM")
     finally:
         assert sc.stop() == 0
 
@@ -162,8 +163,8 @@ def qualification_report(tmp_path: Path, failed: str) -> Path:
     return path
 
 
-def test_a_mode_the_qualification_failed_is_refused_even_when_vllm_chose_it(tmp_path: Path, answerer) -> None:
-    # FULL_AND_PIECEWISE asked for; vLLM logs a downgrade to PIECEWISE, which the report failed.
+def downgraded_to_piecewise(tmp_path: Path) -> Path:
+    """FULL_AND_PIECEWISE asked for; vLLM logs a downgrade to PIECEWISE (its own fallback)."""
     lines = [x for x in ENGINE.splitlines() if "(decode, FULL)" not in x]
     at = next(i for i, x in enumerate(lines) if "Available KV cache memory" in x)
     lines.insert(
@@ -173,27 +174,49 @@ def test_a_mode_the_qualification_failed_is_refused_even_when_vllm_chose_it(tmp_
         "AiterFlashAttentionBackend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); "
         "setting cudagraph_mode=PIECEWISE",
     )
-    _, server, _ = answerer
     log = tmp_path / "vllm.log"
     log.write_text("\n".join(lines) + "\n")
-    report = qualification_report(tmp_path, "PIECEWISE")
-    sc = SidecarProcess(
-        [
-            "--vllm-url",
-            server.url,
-            "--log-source",
-            f"file:{log}",
-            "--qualification",
-            str(report),
-            "--expected-mode",
-            "FULL_AND_PIECEWISE",
-            *CANARY_FLAGS,
-        ],
-        tmp_path / "sidecar.out",
-    )
+    return log
+
+
+def with_report(tmp_path: Path, answerer, log: Path, report: Path) -> SidecarProcess:
+    _, server, _ = answerer
+    args = ["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(report)]
+    return SidecarProcess([*args, "--expected-mode", "FULL_AND_PIECEWISE", *CANARY_FLAGS], tmp_path / "sidecar.out")
+
+
+def test_a_mode_the_qualification_failed_is_refused_even_when_vllm_chose_it(tmp_path: Path, answerer) -> None:
+    sc = with_report(tmp_path, answerer, downgraded_to_piecewise(tmp_path), qualification_report(tmp_path, "PIECEWISE"))
     try:
         body = wait_code(sc, 503, "qualification report failed")
         assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_failed_qualification") == 1, body
+    finally:
+        assert sc.stop() == 0
+
+
+def test_a_mode_the_qualification_never_measured_is_refused(tmp_path: Path, answerer) -> None:
+    """Issue 30: the report passed NONE and FULL_AND_PIECEWISE and failed FULL; vLLM's own fallback runs
+    PIECEWISE, which it never measured. Qualified means passed: 503 naming both modes."""
+    sc = with_report(tmp_path, answerer, downgraded_to_piecewise(tmp_path), qualification_report(tmp_path, "FULL"))
+    try:
+        body = wait_code(sc, 503, "did not pass")
+        assert "cudagraph_mode PIECEWISE (asked for FULL_AND_PIECEWISE)" in body["reason"], body
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_not_qualified") == 1, body
+    finally:
+        assert sc.stop() == 0
+
+
+def test_facts_inside_nested_values_are_values(tmp_path: Path, answerer) -> None:
+    """Issue 30: a path (or a model-shipped config) that spells `kv_cache_dtype=auto` before the real top-level
+    `kv_cache_dtype=fp8` hid the verified FP8 row on gfx950 (first match); read by structure, it applies."""
+    text = IMAGE_0102.replace("model='amd/Llama-3.1-70B-Instruct-FP8-KV'", "model='/m/kv_cache_dtype=auto, x'", 1)
+    assert text != IMAGE_0102
+    mi355 = write_topology(tmp_path / "kfd", "gfx950")
+    allow = ("--allow-known-issues", "aiter-fa-full-cudagraph-always", "--expected-mode", "FULL")
+    sc, _ = start(tmp_path, answerer, text, *allow, "--kfd-topology", str(mi355))
+    try:
+        wait_code(sc, 503, "aiter-fa-fp8-kv-cache-fnuz-view")
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="known_issue") == 1
     finally:
         assert sc.stop() == 0
 
@@ -220,6 +243,34 @@ def test_a_report_that_failed_the_expected_mode_stops_the_start(tmp_path: Path, 
         )
 
 
+@pytest.mark.parametrize("recommended", ["FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"])
+def test_without_an_expected_mode_the_reports_recommendation_is_expected(
+    tmp_path: Path, answerer, recommended: str
+) -> None:
+    """Compose passes the report and, unless the operator names one, no mode: vLLM then runs the report's
+    recommendation (what `qualification apply` wrote), and that is what its config line must show."""
+    _, server, _ = answerer
+    report = json.loads(qualification_report(tmp_path, "FULL").read_text())
+    report.update(vllm_version="0.14.0", recommended=recommended)
+    report["rows"].append({"mode": "FULL_DECODE_ONLY", "verdict": "pass"})
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    log = tmp_path / "vllm.log"
+    log.write_text(ENGINE)  # FULL_AND_PIECEWISE
+    sc = SidecarProcess(
+        ["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(path), *CANARY_FLAGS],
+        tmp_path / "sidecar.out",
+    )
+    try:
+        if recommended == "FULL_AND_PIECEWISE":
+            wait_code(sc, 200, "ok")
+        else:
+            body = wait_code(sc, 503, "the deployment asked for FULL_DECODE_ONLY")
+            assert sc.total("vllm_sidecar_not_ready_reason", reason="mode_mismatch") == 1, body
+    finally:
+        assert sc.stop() == 0
+
+
 IMAGE_0102 = (FIXTURES / "v0.10.2-image-aiter-fa-full-fp8kv.log").read_text()
 
 
@@ -234,7 +285,9 @@ def test_a_verified_known_issue_on_the_running_engine_keeps_the_pod_out(tmp_path
 
 
 def test_the_allow_list_is_the_only_way_past_a_known_issue(tmp_path: Path, answerer) -> None:
-    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL")
+    # On an observed MI300X (gfx942): every row that depends on the architecture is decided.
+    kfd = ("--kfd-topology", str(write_topology(tmp_path / "kfd", "gfx942", "gfx942")))
+    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL", *kfd)
     try:
         wait_code(sc, 503, "known issue")
         ids = re.findall(
@@ -245,7 +298,9 @@ def test_the_allow_list_is_the_only_way_past_a_known_issue(tmp_path: Path, answe
         assert ids
     finally:
         assert sc.stop() == 0
-    sc, _ = start(tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL", "--allow-known-issues", ",".join(ids))
+    sc, _ = start(
+        tmp_path, answerer, IMAGE_0102, "--expected-mode", "FULL", "--allow-known-issues", ",".join(ids), *kfd
+    )
     try:
         wait_code(sc, 200, "ok")
     finally:
@@ -267,3 +322,52 @@ def test_without_an_accuracy_reference_it_refuses_to_start_and_the_opt_out_says_
         assert "wrong tokens with HTTP 200 will NOT be caught" in sc.log_path.read_text()
     finally:
         assert sc.stop() == 0
+
+
+def test_an_unreadable_log_is_named_after_the_grace_not_waited_on(tmp_path: Path, answerer) -> None:
+    """vLLM answers /health (the failure injector), its log has the engine line but capture lines this sidecar
+    does not know (a future release's wording): 503 capture_pending during the grace, then log_format_unknown."""
+    unknown = re.sub(r"Capturing CUDA graphs", "Recording device graphs", ENGINE)
+    unknown = unknown.replace("Graph capturing finished", "Device graphs recorded")
+    assert unknown != ENGINE
+    sc, _ = start(tmp_path, answerer, unknown, "--log-grace", "2")
+    try:
+        body = wait_code(sc, 503, "log format of this release")
+        assert "0.14.0" in body["reason"]
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="log_format_unknown") == 1
+    finally:
+        assert sc.stop() == 0
+
+
+def test_capture_lines_without_the_engine_line_vouch_for_nothing(tmp_path: Path, answerer) -> None:
+    """A logging configuration (or a data-parallel rank) that hides the engine config line: the capture lines alone
+    once made the pod Ready with no rule on the running mode. Now: engine_config_unseen after the grace."""
+    hidden = "".join(ln for ln in ENGINE.splitlines(keepends=True) if "Initializing a V1 LLM engine" not in ln)
+    sc, _ = start(tmp_path, answerer, hidden, "--log-grace", "2", "--expected-mode", "FULL_AND_PIECEWISE")
+    try:
+        body = wait_code(sc, 503, "shows no engine config line")
+        assert "VLLM_LOGGING_CONFIG_PATH" in body["reason"]
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="engine_config_unseen") == 1
+    finally:
+        assert sc.stop() == 0
+
+
+def test_the_gpu_architecture_is_observed_not_assumed(tmp_path: Path, answerer) -> None:
+    """The fnuz FP8 row (verified wrong tokens on gfx950) was `possible` and the pod Ready while nobody named the
+    arch. Now: unknown -> gpu_arch_unknown; an observed gfx950 -> known_issue; an observed gfx942 -> Ready."""
+    allow = ("--allow-known-issues", "aiter-fa-full-cudagraph-always", "--expected-mode", "FULL")
+    cases = (
+        (tmp_path / "no-kfd", 503, "gpu_arch_unknown", "aiter-fa-fp8-kv-cache-fnuz-view"),
+        (write_topology(tmp_path / "mi355", "gfx950"), 503, "known_issue", "aiter-fa-fp8-kv-cache-fnuz-view"),
+        (write_topology(tmp_path / "mi300", "gfx942"), 200, "", "ok"),
+    )
+    for topology, code, reason, words in cases:
+        sc, _ = start(tmp_path, answerer, IMAGE_0102, *allow, "--kfd-topology", str(topology))
+        try:
+            wait_code(sc, code, words)
+            if reason:
+                assert sc.total("vllm_sidecar_not_ready_reason", reason=reason) == 1
+            source = "unknown" if code == 503 and reason == "gpu_arch_unknown" else "observed"
+            assert f'source="{source}"' in sc.metrics()
+        finally:
+            assert sc.stop() == 0

@@ -83,7 +83,7 @@ def append(path: Path, text: str) -> None:
 def test_follows_log_and_gates_readiness(sidecar, fake_vllm) -> None:
     sc, log = sidecar
     code, body = sc.ready()
-    assert code == 503 and "capture not finished" in body["reason"]
+    assert code == 503 and "waiting for vLLM's engine config line" in body["reason"]
     lines = (FIXTURES / "v0.11.0-downgrade-full.log").read_text().splitlines(keepends=True)
     append(log, "".join(lines[:-1]))
     assert sc.wait_for(lambda: sc.value("vllm_cudagraph_mode_downgraded") == 1)

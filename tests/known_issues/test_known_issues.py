@@ -57,6 +57,9 @@ def test_schema_rejects_what_it_should() -> None:
         lambda d: d["issues"][0].update(evidence_scope=[]),
         lambda d: d["rejected"][0].pop("reason"),
         lambda d: d.update(schema_version=1),
+        lambda d: d["issues"][0]["code_condition"].update(bounds="roughly"),
+        lambda d: d["issues"][0]["code_condition"].pop("present"),  # neither present nor absent
+        lambda d: d["code_probes"]["aiter-fa-declares-always"].update(files=["site-packages/x.py"]),
     ):
         bad = copy.deepcopy(RAW)
         mutate(bad)
@@ -224,6 +227,121 @@ def test_triton_full_capture_fault_bounds_and_scope() -> None:
         assert DATA.match(row, dataclasses.replace(step, release=build)).status == ki.APPLIES, build
     rdna = dataclasses.replace(base, arch="gfx1100", architecture="DeepseekOCRForCausalLM")
     assert row.id in {m.issue.id for m in DATA.blocking(rdna)}
+
+
+# Issue 34: the bounds and scopes decided from the code of every release and the threads; each row judged on its own
+# example configuration with only the release (and the named field) changed. dev and rc builds of the reported release
+# are included: a dev build counts as its final release for `>=`, and is not assumed fixed for `<`.
+ISSUE_34_BOUNDS = [
+    # ROCM_ATTN declares full decode graphs from 0.11.0; vllm#36180 was a 0.16.1rc1.dev234 build (Llama)
+    ("rocm-attn-full-decode-capture-fault", "0.16.1rc1.dev234+g1d599c076", {}, ki.APPLIES),
+    ("rocm-attn-full-decode-capture-fault", "0.17.0", {}, ki.APPLIES),
+    ("rocm-attn-full-decode-capture-fault", "0.16.0", {}, ki.POSSIBLE),  # the code allows it, no report covers it
+    ("rocm-attn-full-decode-capture-fault", "0.11.0rc1", {}, ki.POSSIBLE),
+    ("rocm-attn-full-decode-capture-fault", "0.10.2", {}, ki.NO),
+    # Quark W4A4 on gfx950 reaches AITER's native MXFP4 MoE from 0.11.1; reports from 0.22.1rc1
+    ("aiter-mxfp4-moe-graph-unsafe", "0.22.1rc1", {}, ki.APPLIES),
+    ("aiter-mxfp4-moe-graph-unsafe", "0.13.0", {}, ki.POSSIBLE),
+    ("aiter-mxfp4-moe-graph-unsafe", "0.11.1", {}, ki.POSSIBLE),
+    ("aiter-mxfp4-moe-graph-unsafe", "0.11.0", {}, ki.NO),
+    # sliding-window decode back on unified_attention from 0.23.0
+    ("aiter-fa-sliding-window-decode-unified-again", "0.23.0rc1", {}, ki.APPLIES),
+    ("aiter-fa-sliding-window-decode-unified-again", "0.34.0", {}, ki.APPLIES),
+    ("aiter-fa-sliding-window-decode-unified-again", "0.22.1", {}, ki.NO),
+    ("aiter-fa-sliding-window-decode-capture-fault", "0.18.0rc1", {}, ki.APPLIES),  # not assumed to hold #36042
+    ("aiter-fa-sliding-window-decode-capture-fault", "0.18.0", {}, ki.NO),
+    # ROCm/aiter#4888: AITER on, TP 2-8, gfx942, the fused op from 0.21.0; reports 0.26.1rc1.dev668, TP8
+    ("glm-first-request-after-idle-piecewise", "0.26.1rc1.dev668+g3ee2df303", {}, ki.APPLIES),
+    ("glm-first-request-after-idle-piecewise", "0.21.0", {}, ki.POSSIBLE),
+    ("glm-first-request-after-idle-piecewise", "0.20.2", {}, ki.NO),
+    ("glm-first-request-after-idle-piecewise", "0.27.0", {"architecture": "Qwen3ForCausalLM"}, ki.APPLIES),
+    ("glm-first-request-after-idle-piecewise", "0.27.0", {"tensor_parallel_size": 4}, ki.POSSIBLE),
+    ("glm-first-request-after-idle-piecewise", "0.27.0", {"tensor_parallel_size": 16}, ki.NO),  # never 1-stage
+    ("glm-first-request-after-idle-piecewise", "0.27.0", {"env": {}}, ki.NO),  # AITER off: no fusion
+    ("glm-first-request-after-idle-piecewise", "0.27.0", {"mode": "FULL"}, ki.POSSIBLE),
+    ("glm-first-request-after-idle-piecewise", "0.27.0", {"mode": "FULL_DECODE_ONLY"}, ki.NO),
+    # ROCm forces PIECEWISE with DCP up to 0.28.x
+    ("mtp-dcp-full-and-piecewise-corruption", "0.29.0", {}, ki.APPLIES),
+    ("mtp-dcp-full-and-piecewise-corruption", "0.29.1rc1.dev187", {}, ki.APPLIES),
+    ("mtp-dcp-full-and-piecewise-corruption", "0.28.0", {}, ki.NO),
+    ("mtp-dcp-full-and-piecewise-corruption", "0.28.1rc1.dev681", {}, ki.NO),
+    # AITER MLA verify with qlen > 4 on gfx942: every mode, from 0.14.0; reports on the 0.27+ persistent path
+    ("aiter-mla-gfx942-mtp-verify", "0.27.0", {"mode": "NONE"}, ki.APPLIES),
+    ("aiter-mla-gfx942-mtp-verify", "0.27.0", {"mode": "PIECEWISE"}, ki.APPLIES),
+    ("aiter-mla-gfx942-mtp-verify", "0.26.0", {}, ki.POSSIBLE),
+    ("aiter-mla-gfx942-mtp-verify", "0.14.0rc1", {}, ki.POSSIBLE),
+    ("aiter-mla-gfx942-mtp-verify", "0.13.0", {}, ki.NO),
+    ("aiter-mla-gfx942-mtp-verify", "0.27.0", {"kv_cache_dtype": "fp8"}, ki.NO),
+    # split-K: gfx942 shares the path (#53238), the reports are gfx950
+    ("mrv2-capture-stream-aiter-splitk", "0.28.0", {"arch": "gfx942"}, ki.POSSIBLE),
+    ("mrv2-capture-stream-aiter-splitk", "0.28.0", {"arch": "gfx950"}, ki.APPLIES),
+    ("mrv2-capture-stream-aiter-splitk", "0.29.0rc1", {"arch": "gfx950"}, ki.APPLIES),
+    ("mrv2-capture-stream-aiter-splitk", "0.29.0", {"arch": "gfx950"}, ki.NO),
+    ("aiter-splitk-capture-stream-open", "0.34.0", {"arch": "gfx942"}, ki.POSSIBLE),
+    # MiniMax-M3: reported on a 0.22.1rc1 dev build of a branch image; the model is in the 0.24.0 registry
+    ("minimax-m3-fp8-kv-cache-dtype-mismatch", "0.22.1rc1.dev490", {}, ki.APPLIES),
+    ("minimax-m3-fp8-kv-cache-dtype-mismatch", "0.24.0", {}, ki.APPLIES),
+    # ROCm profiles graph memory from 0.26.0 (#48526 on #44825)
+    ("rocm-capture-memory-oom", "0.26.0rc1", {}, ki.APPLIES),
+    ("rocm-capture-memory-oom", "0.25.1", {}, ki.APPLIES),
+    ("rocm-capture-memory-oom", "0.26.0", {}, ki.NO),
+    # the 0.19 hang: ROCm 7.2 and TP >= 2 (RCCL lead), every mode; reported on 0.19.0
+    ("rocm-capture-hang-0-19", "0.19.0", {"mode": "NONE"}, ki.APPLIES),
+    ("rocm-capture-hang-0-19", "0.18.0", {}, ki.POSSIBLE),
+    ("rocm-capture-hang-0-19", "0.19.0", {"rocm": "7.1.1"}, ki.NO),
+    ("rocm-capture-hang-0-19", "0.19.0", {"tensor_parallel_size": 1}, ki.NO),
+    ("rocm-capture-hang-0-19", "0.19.0", {"rocm": None}, ki.POSSIBLE),
+    # ROCM_AITER_MLA_SPARSE captures full decode graphs from 0.18.0
+    ("hip-graph-replay-stale-scalar-read-gfx950", "0.18.0", {}, ki.APPLIES),
+    ("hip-graph-replay-stale-scalar-read-gfx950", "0.18.0rc1", {}, ki.APPLIES),
+    ("hip-graph-replay-stale-scalar-read-gfx950", "0.17.1", {}, ki.NO),
+    # new rows: fixed in a release, pre-releases of the fix still affected
+    ("aiter-fa-sliding-window-ignored-in-decode", "0.11.2", {}, ki.APPLIES),
+    ("aiter-fa-sliding-window-ignored-in-decode", "0.12.0rc1", {}, ki.APPLIES),
+    ("aiter-fa-sliding-window-ignored-in-decode", "0.12.0", {}, ki.NO),
+    ("aiter-fa-paged-decode-small-head-and-sliding-window-dev-builds", "0.16.1rc1.dev234", {}, ki.APPLIES),
+    ("aiter-fa-paged-decode-small-head-and-sliding-window-dev-builds", "0.17.0rc1", {}, ki.APPLIES),
+    ("aiter-fa-paged-decode-small-head-and-sliding-window-dev-builds", "0.16.0", {}, ki.NO),
+    ("aiter-fa-paged-decode-small-head-and-sliding-window-dev-builds", "0.17.0", {}, ki.NO),
+    ("mrv2-warmup-after-capture-workspace-growth", "0.29.0", {}, ki.APPLIES),
+    ("mrv2-warmup-after-capture-workspace-growth", "0.30.0rc1", {}, ki.APPLIES),
+    ("mrv2-warmup-after-capture-workspace-growth", "0.30.0", {}, ki.NO),
+    ("mrv2-warmup-after-capture-workspace-growth", "0.16.0", {}, ki.NO),
+    ("glm53-rocm-mrv1-default-accuracy", "0.31.0", {}, ki.APPLIES),
+    ("glm53-rocm-mrv1-default-accuracy", "0.32.0", {}, ki.NO),
+    ("glm53-rocm-mrv1-default-accuracy", "0.29.1rc1.dev187", {}, ki.NO),
+    ("dsv4-mrv1-narrow-eager-region-dev-builds", "0.27.2rc1.dev92+g4d791d7ac.d20260817", {}, ki.APPLIES),
+    ("dsv4-mrv1-narrow-eager-region-dev-builds", "0.28.0rc1", {}, ki.APPLIES),
+    ("dsv4-mrv1-narrow-eager-region-dev-builds", "0.27.1", {}, ki.NO),
+    ("dsv4-mrv1-narrow-eager-region-dev-builds", "0.28.0", {}, ki.NO),
+    ("aiter-allreduce-fusion-graph-replay-corruption", "0.21.0", {}, ki.APPLIES),
+    ("aiter-allreduce-fusion-graph-replay-corruption", "0.21.0", {"tensor_parallel_size": 8}, ki.POSSIBLE),
+    ("hybrid-prefill-misdispatched-full-decode-graph", "0.27.0", {}, ki.APPLIES),
+    ("hybrid-prefill-misdispatched-full-decode-graph", "0.10.1.1", {}, ki.NO),
+]
+
+
+@pytest.mark.parametrize("issue_id, release, changes, expected", ISSUE_34_BOUNDS)
+def test_issue_34_bounds(issue_id: str, release: str, changes: dict, expected: str) -> None:
+    row = DATA.get(issue_id)
+    cfg = dataclasses.replace(ki.example_config(row), release=release, **changes)
+    assert DATA.match(row, cfg).status == expected, DATA.match(row, cfg)
+
+
+def test_issue_34_refusals_stay_inside_the_reports() -> None:
+    """Verified rows whose bounds were widened from the code refuse only inside the reports' scope."""
+    mxfp4 = DATA.get("aiter-mxfp4-moe-graph-unsafe")
+    cfg = ki.example_config(mxfp4)
+    assert mxfp4.id in {m.issue.id for m in DATA.blocking(cfg)}
+    assert mxfp4.id not in {m.issue.id for m in DATA.blocking(dataclasses.replace(cfg, release="0.13.0"))}
+    splitk = DATA.get("mrv2-capture-stream-aiter-splitk")
+    cfg = ki.example_config(splitk)
+    assert splitk.id in {m.issue.id for m in DATA.blocking(cfg)}
+    assert splitk.id not in {m.issue.id for m in DATA.blocking(dataclasses.replace(cfg, arch="gfx942"))}
+    swa = DATA.get("aiter-fa-sliding-window-ignored-in-decode")
+    cfg = ki.example_config(swa)
+    assert swa.id in {m.issue.id for m in DATA.blocking(cfg)}  # Gemma 3 on AITER FA before 0.12
+    assert swa.id not in {m.issue.id for m in DATA.blocking(dataclasses.replace(cfg, architecture="LlamaForCausalLM"))}
 
 
 @pytest.mark.parametrize(

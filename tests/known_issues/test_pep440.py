@@ -81,10 +81,21 @@ def test_order_and_equality_agree_with_packaging(a: str, b: str) -> None:
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_final_releases_are_judged_as_pep440_judges_them(spec: str) -> None:
-    """A final, post or local build: exactly PEP 440 (packaging, pre-releases allowed)."""
+    """A final, post or local build: exactly PEP 440 (packaging, pre-releases allowed), the epoch aside."""
     ref = RefSet(spec, prereleases=True)
     finals = [v for v in VERSIONS if not Version.parse(v).is_prerelease]
-    assert [v for v in finals if SpecifierSet(spec).contains(v) != ref.contains(v)] == []
+    assert [v for v in finals if SpecifierSet(spec).contains(v) != ref.contains(v.split("!")[-1])] == []
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_an_epoch_is_the_same_release(spec: str) -> None:
+    """A packager's epoch (`1!0.10.2`) sorts after every version without one, but the build holds 0.10.2's code:
+    judged as 0.10.2 (issue 30: it matched no row in the sidecar)."""
+    for text in VERSIONS:
+        base = text.split("!")[-1].lstrip("v")
+        assert SpecifierSet(spec).contains("3!" + base) == SpecifierSet(spec).contains(base), (spec, text)
+    with pytest.raises(InvalidSpecifier, match="no epoch"):
+        SpecifierSet(">=1!0.10.2")
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -124,6 +135,21 @@ def test_a_prerelease_is_affected_when_its_final_or_itself_may_be(spec: str) -> 
         (">=0.22.0", "0.21.1rc1", False),  # a pre-release of an earlier release stays before the bound
         (">=7.2.0,<7.13", "7.2.4", True),
         (">=7.2.0,<7.13", "7.13", False),
+        # issue 34: the bounds of reports made on development builds
+        (">=0.16.1", "0.16.1rc1.dev234+g1d599c076", True),  # vllm#36180's build is a 0.16.1 build
+        (">=0.17.0", "0.16.1rc1.dev234+g1d599c076", False),  # ... which the former bound missed
+        (">=0.16.1", "0.16.0", False),
+        (">=0.16.1.dev0,<0.17.0", "0.16.1rc1.dev234", True),  # dev-build-only rows: every 0.17 pre-release
+        (">=0.16.1.dev0,<0.17.0", "0.17.0rc1", True),
+        (">=0.16.1.dev0,<0.17.0", "0.17.0.dev12", True),
+        (">=0.16.1.dev0,<0.17.0", "0.16.0", False),
+        (">=0.16.1.dev0,<0.17.0", "0.17.0", False),
+        (">=0.27.2.dev0,<0.28.0", "0.27.2rc1.dev92+g4d791d7ac.d20260817", True),
+        (">=0.27.2.dev0,<0.28.0", "0.28.0rc1", True),
+        (">=0.27.2.dev0,<0.28.0", "0.27.1", False),
+        (">=0.27.2.dev0,<0.28.0", "0.28.0+rocm721", False),
+        (">=0.29.0", "0.28.1rc1.dev681", False),
+        (">=0.29.0", "0.29.1rc1.dev187", True),
     ],
 )
 def test_documented_cases(spec: str, version: str, expected: bool) -> None:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_rocm_core.qualification import QualificationError, validate
 from vllm_rocm_qualify import report as rep
 from vllm_rocm_qualify import template
 from vllm_rocm_qualify.cli import _exit_code
@@ -17,7 +18,6 @@ from vllm_rocm_qualify.client import Output
 from vllm_rocm_qualify.compare import compare_one, compare_shape
 from vllm_rocm_qualify.config import QualifyConfig
 from vllm_rocm_qualify.logs import why_it_failed
-from vllm_rocm_qualify.qualification import QualificationError, validate
 from vllm_rocm_qualify.runner import Qualification
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "h200-vllm-0.26.0"
@@ -411,7 +411,7 @@ def test_installed_defaults_make_sense_outside_the_repository() -> None:
 
 def test_one_writer_of_the_mode_flag() -> None:
     """qualify's servers and the compose gate's vllm.yaml tell vLLM the mode the same way; a non-mode is refused."""
-    from vllm_rocm_qualify.qualification import compilation_config
+    from vllm_rocm_core.qualification import compilation_config
 
     assert template.mode_args("FULL") == ["--compilation-config", compilation_config("FULL")]
     assert json.loads(compilation_config("FULL_DECODE_ONLY")) == {"cudagraph_mode": "FULL_DECODE_ONLY"}

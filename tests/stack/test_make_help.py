@@ -57,7 +57,18 @@ def test_without_help_the_targets_still_set_up_first(tmp_path: Path) -> None:
 
 def test_make_help_lists_the_targets(tmp_path: Path) -> None:
     out = make("help", work=tmp_path / "work").stdout
-    for target in ("run", "test", "bench", "patches-status", "dashboard", "generate", "check", "setup", "clean"):
+    for target in (
+        "run",
+        "test",
+        "bench",
+        "patches-status",
+        "dashboard",
+        "generate",
+        "check",
+        "new-release",
+        "setup",
+        "clean",
+    ):
         assert f"  {target} " in out, out
 
 

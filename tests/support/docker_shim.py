@@ -67,8 +67,13 @@ class _ComposeLoader(yaml.SafeLoader):
 _ComposeLoader.add_constructor("!reset", lambda loader, node: _Reset())
 
 
+def services(path: Path) -> dict:
+    """A compose file's services as YAML reads them (`!reset` values as _Reset), before interpolation."""
+    return yaml.load(path.read_text(), Loader=_ComposeLoader)["services"]  # noqa: S506 - safe + !reset
+
+
 def overlay() -> dict:
-    return yaml.load(OVERLAY.read_text(), Loader=_ComposeLoader)["services"]["vllm"]  # noqa: S506 - safe + !reset
+    return services(OVERLAY)["vllm"]
 
 
 def reset_keys() -> list[str]:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_rocm_stack.generate import gen_bake
 from vllm_rocm_stack.images.build import default_targets
 from vllm_rocm_stack.images.standin import cpu_release
 
@@ -21,12 +22,23 @@ BUILD_TIMEOUT = 2400
 CPU_TARGET = "vllm-rocm-" + cpu_release().replace(".", "_")
 
 
+def _patched_target() -> str:
+    """The newest prebuilt release whose series applies patches: the image whose build patches, verifies and labels
+    (the default release's series may have nothing to apply)."""
+    _default, specs = gen_bake().load_matrix()
+    spec = [s for s in specs if s.build == "prebuilt" and s.patch_level > 0][-1]
+    return spec.target
+
+
+PATCHED_TARGET = _patched_target()
+
+
 def build_images(out: Path) -> dict:
     """The default targets and the vLLM image of the CPU release on its serving stand-in, in one build (images no
     current build uses are removed after it). The manifest says what was built from what; a failed build fails every
     test that needs it, with the failing step and the log's tail."""
     manifest, log = out / "manifest.json", out / "build.log"
-    targets = [*default_targets(), CPU_TARGET]
+    targets = list(dict.fromkeys([*default_targets(), CPU_TARGET, PATCHED_TARGET]))
     argv = [sys.executable, "-m", "vllm_rocm_stack.images", "build", "--bases", "stand-in", "--manifest", str(manifest)]
     with open(log, "w") as fh:
         rc = subprocess.run(
@@ -37,5 +49,7 @@ def build_images(out: Path) -> dict:
         pytest.fail(f"`{' '.join(argv[1:])}` failed ({rc}):\n" + "\n".join(text.splitlines()[-60:]), pytrace=False)
     data = json.loads(manifest.read_text())
     data["by_target"] = {img["target"]: img for img in data["images"]}
-    data["by_dockerfile"] = {img["dockerfile"]: img for img in data["images"] if img["target"] != CPU_TARGET}
+    data["by_dockerfile"] = {
+        img["dockerfile"]: img for img in data["images"] if img["target"] in (PATCHED_TARGET, "vllm-rocm-health")
+    }
     return data

@@ -154,7 +154,7 @@ Release facts used here (each re-derived from the released files by tests/charts
 {{- end -}}
 {{- end -}}
 {{- range $i, $e := $v.extraEnv -}}
-{{- with include "vllm-rocm.envRefusal" (dict "name" (toString $e.name) "data" $data) -}}
+{{- with include "vllm-rocm.envRefusal" (dict "name" (toString $e.name) "value" $e.value "from" (hasKey $e "valueFrom") "data" $data) -}}
 {{- $refusals = append $refusals (printf "extraEnv[%d] %s %s" $i (toString $e.name) .) -}}
 {{- end -}}
 {{- end -}}
@@ -272,7 +272,10 @@ starts with a single-dash one (`-O3`), or is a long option containing a flagWord
 {{- $hit := "" -}}
 {{- range $entry := $data.env -}}
 {{- if and (not $hit) (has $name $entry.names) -}}
+{{- /* allowedValues: values that change nothing the guard or the sidecar relies on; a valueFrom is unknown. */ -}}
+{{- if not (and $entry.allowedValues (not $.from) (has (upper (trim (toString (default "" $.value)))) $entry.allowedValues)) -}}
 {{- $hit = printf "sets %s: %s" $entry.what (ternary (printf "set %s instead" $entry.use) "the chart does not support changing it" (ne $entry.use "")) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- if not $hit -}}

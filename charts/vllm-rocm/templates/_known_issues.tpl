@@ -17,8 +17,8 @@ and checks that the chart refuses exactly what that evaluator's `blocking` says,
 - Refused: verified, applies, not mitigated, symptom wrong_tokens or crash, id not in allowKnownIssues.
 */}}
 
-{{/* A PEP 440 version -> JSON {ok, key, final, base}: `key` orders the public version as pep440.Version does
-(epoch, release padded to 10 numbers, pre-release class and number, post, dev); `final` is the key of the release a
+{{/* A PEP 440 version -> JSON {ok, key, final, base}: `key` orders the public version as pep440.Bound compares it
+(release padded to 10 numbers, pre-release class and number, post, dev); `final` is the key of the release a
 pre-release or dev build leads to (0.10.2rc1 -> 0.10.2, 0.10.2.post1.dev3 -> 0.10.2.post1), else `key`. Bounded as
 pep440.py bounds it: at most 100 characters, 10 release numbers, 9 digits per number (sprig's atoi would turn a longer
 number into 0, and float64 compares 9 digits exactly); anything else is {"ok": false}. */}}
@@ -51,7 +51,9 @@ number into 0, and float64 compares 9 digits exactly); anything else is {"ok": f
 {{- else if and (lt $post 0) (ge $dev 0) -}}
 {{- $preCls = 0 -}}
 {{- end -}}
-{{- $base := prepend $rel (atoi (default "0" (index $g 1))) -}}
+{{- /* The epoch is left out: a packager's epoch (1!0.10.2) reorders versions, it does not change which release's
+code the build holds (pep440.Bound.admits); bounds take none (the spec pattern refuses `!`). */ -}}
+{{- $base := prepend $rel 0 -}}
 {{- $key := concat $base (list $preCls $preN (ternary 0 1 (lt $post 0)) (max $post 0) (ternary 1 0 (lt $dev 0)) (max $dev 0)) -}}
 {{- $final := $key -}}
 {{- if index $g 3 -}}

@@ -11,7 +11,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-from vllm_rocm_qualify import qualification
+from vllm_rocm_core import qualification
 
 from . import k8s_logs, logparse, logsource, readiness
 from .canary import CanaryResult, CanaryRunner
@@ -38,12 +38,15 @@ class Sidecar:
         self.judge = judge if judge is not None else KnownIssueJudge()
         if self.judge.error:
             raise RuntimeError(f"known issues: {self.judge.error}")
+        seen = self.judge.observe_gpu(cfg.kfd_topology)
+        log.info("GPU architecture: %s", seen.arch or f"not observed ({seen.detail})")
         self.allow = allow_list(cfg)
         unknown = self.judge.unknown_ids(self.allow)
         if unknown:
             raise RuntimeError(f"--allow-known-issues: {', '.join(unknown)} not in the known-issues data")
         self.qualification: qualification.Report | None = None
-        report_baseline, self.failed_modes = self._qualification()
+        self.expected_mode = cfg.expected_mode
+        report_baseline, self.failed_modes, self.passed_modes = self._qualification()
         self.registry = make_registry(self.status, self.judge)
         self.canary = CanaryRunner(cfg.canary, cfg.vllm_url, self.registry, cfg.model or None, baseline=report_baseline)
         # The engine instance the last canary pass was measured on; a pass on an older one does not count.
@@ -57,21 +60,27 @@ class Sidecar:
         self.registry.register(WorkerCollector(self.supervisor.statuses))
         self.http: ThreadingHTTPServer | None = None
 
-    def _qualification(self) -> tuple[Baseline | None, frozenset[str]]:
-        """The baseline a qualification report carries (when no --canary-baseline is given) and the modes it failed.
-        Read with the same rules as `qualification apply`; a report that refuses the expected mode stops the start."""
+    def _qualification(self) -> tuple[Baseline | None, frozenset[str], frozenset[str] | None]:
+        """The baseline a qualification report carries (when no --canary-baseline is given), the modes it failed and
+        those it passed (None without a report). Read with the same rules as `qualification apply`; a report that
+        refuses the expected mode stops the start."""
         path = self.cfg.qualification
         if not path:
-            return None, frozenset()
+            return None, frozenset(), None
         try:
             report = qualification.load(Path(path))
-            if self.cfg.expected_mode:
-                report.choose_mode(self.cfg.expected_mode)
+            chosen = report.choose_mode(self.cfg.expected_mode)
             report.check_served_model(self.cfg.model)
         except qualification.QualificationError as e:
             raise RuntimeError(f"--qualification: {e}") from e
         self.qualification = report
+        if not self.expected_mode and self.cfg.log_source != "none":
+            # No mode named: the deployment runs the report's recommendation (what `qualification apply` and the chart
+            # deploy when no mode is named), so that is the mode vLLM's config line must show.
+            self.expected_mode = chosen
+            log.info("--qualification %s: expecting its recommended cudagraph_mode %s", path, chosen)
         failed = frozenset(r["mode"] for r in report.rows if r["verdict"] != "pass")
+        passed = frozenset(r["mode"] for r in report.rows if r["verdict"] == "pass")
         base = None
         if self.cfg.canary.enabled and not self.cfg.canary.baseline:
             if report.baseline is None:
@@ -79,7 +88,7 @@ class Sidecar:
                     f"--qualification {path}: the report carries no canary baseline; pass --canary-baseline"
                 )
             base = Baseline.from_raw(report.baseline, f"--qualification {path}: baseline")
-        return base, failed
+        return base, failed, passed
 
     def _workers(self) -> list[Worker]:
         """Every loop of the sidecar, with how long it may go without progress before it counts as stuck."""
@@ -128,6 +137,9 @@ class Sidecar:
             instance, reason = self.status.log.instance, self.status.log.instance_reason
         if instance != self._instance_seen:
             self._instance_seen = instance
+            with self.status.lock:
+                # The grace for this instance's log lines starts at its own first good /health answer.
+                self.status.healthy_since = time.monotonic() if self.status.server_healthy else None
             log.info("engine instance %d: %s", instance, reason)
             self.canary_wake.set()
             self.update_readiness()
@@ -200,6 +212,10 @@ class Sidecar:
                 log.info("vLLM /health: %s", "ok" if ok else "failing")
             outage = self.status.server_healthy is True and not ok
             self.status.server_healthy = ok
+            if not ok:
+                self.status.healthy_since = None
+            elif self.status.healthy_since is None:
+                self.status.healthy_since = time.monotonic()
         if outage:
             self.new_instance("vLLM /health failed")
         self.update_readiness()
@@ -218,6 +234,7 @@ class Sidecar:
         with self.status.lock:
             state = self.status.log
             ki_error, blocking = self.judge.blocking(state, self.allow)
+            undecided = () if ki_error or blocking else tuple(self.judge.arch_undecided(state, self.allow))
             v = readiness.decide(
                 readiness.Inputs(
                     engine=self.status.log.engine,
@@ -235,11 +252,18 @@ class Sidecar:
                     instance=state.instance,
                     instance_reason=state.instance_reason,
                     canary_pass_instance=self.canary_pass_instance,
-                    expected_mode=self.cfg.expected_mode,
+                    expected_mode=self.expected_mode,
                     failed_modes=self.failed_modes,
+                    passed_modes=self.passed_modes,
+                    healthy_for=time.monotonic() - self.status.healthy_since
+                    if self.status.healthy_since is not None
+                    else None,
+                    log_grace=self.cfg.log_grace,
                     qualification=self.qualification,
                     known_issues_error=ki_error,
                     blocking_issues=tuple(blocking),
+                    arch_undecided=undecided,
+                    gpu_detail=self.judge.observed.detail if self.judge.observed else "",
                 )
             )
             if (v.ready, v.message) != (self.status.ready, self.status.ready_reason):

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         logging.getLogger(__name__).debug("canary CLI not available: no `baseline` subcommand")
     else:
         add_baseline_parser(sub)
-    from vllm_rocm_qualify.qualification_cli import add_qualification_parser
+    from .qualification_cli import add_qualification_parser
 
     add_qualification_parser(sub)
     return parser

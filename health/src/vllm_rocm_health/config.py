@@ -40,14 +40,15 @@ class SidecarConfig:
         default="",
         metadata={
             "help": "the cudagraph_mode the deployment asked vLLM for (the chart passes it): when vLLM's own engine "
-            "config line shows another one, /readyz is 503 (mode_mismatch). Empty: not checked"
+            "config line shows another one, /readyz is 503 (mode_mismatch). Empty: with --qualification the report's "
+            "recommended mode (what `qualification apply` deploys), else not checked"
         },
     )
     qualification: str | None = field(
         default=None,
         metadata={  # noqa: UP045 - the flag generator reads Optional
-            "help": "a `qualify` report: its baseline (unless --canary-baseline is given) and the modes it failed "
-            "(running one of them is 503, mode_failed_qualification)"
+            "help": "a `qualify` report: its baseline (unless --canary-baseline is given) and the modes it passed "
+            "(running a mode it failed is 503 mode_failed_qualification, one it did not pass mode_not_qualified)"
         },
     )
     allow_known_issues: str = field(
@@ -58,10 +59,26 @@ class SidecarConfig:
         },
     )
     model: str = field(default="", metadata={"help": "served model name (default: the first of /v1/models)"})
+    kfd_topology: str = field(
+        default="/sys/class/kfd/kfd/topology/nodes",
+        metadata={
+            "help": "the kernel's KFD topology, where the sidecar observes the node's GPU architecture (the known "
+            "issues that depend on it are judged on what it finds, before VLLM_HEALTH_GPU_ARCH)"
+        },
+    )
     health_interval: float = field(
         default=5.0, metadata={"help": "seconds between polls of vLLM /health", "range": (0.1, 3600.0)}
     )
     health_timeout: float = field(default=3.0, metadata={"help": "timeout of one /health poll", "range": (0.1, 600.0)})
+    log_grace: float = field(
+        default=60.0,
+        metadata={
+            "help": "seconds vLLM may answer /health before its log must show the engine config line and the "
+            "CUDA-graph capture (vLLM writes both before it serves): past it, /readyz names an unreadable log "
+            "(engine_config_unseen, log_format_unknown) instead of waiting",
+            "range": (1.0, 3600.0),
+        },
+    )
     events: bool = field(default=True, metadata={"help": "post Kubernetes Events on state changes (in a cluster)"})
     log_format: str = field(default="text", metadata={"help": "sidecar log format: text or json"})
     log_level: str = field(default="INFO", metadata={"help": "sidecar log level"})

@@ -15,17 +15,10 @@ from dataclasses import dataclass
 
 from vllm_rocm_known_issues.evaluator import MODES
 
-from . import logline
+from . import configline, logline
 from .logline import LogLine
 from .prefilter import line_may_matter
 
-# <=0.11 prints the enum's value in JSON; see the shared notes, section 0.
-_JSON_MODE = {"0": "NONE", "1": "PIECEWISE", "2": "FULL", "[2,0]": "FULL_DECODE_ONLY", "[2,1]": "FULL_AND_PIECEWISE"}
-
-_CONFIG_JSON_MODE = re.compile(r'"cudagraph_mode":\s*(\[\s*\d\s*,\s*\d\s*\]|\d)')
-_CONFIG_DICT_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+):")
-_ARGS_MODE = re.compile(r"""cudagraph_mode['"]?\s*[:=]\s*(?:<CUDAGraphMode\.)?['"]?(\w+)""")
-_ENFORCE_EAGER = re.compile(r"""enforce_eager['"]?\s*[:=]\s*True""")
 _DOWNGRADE = re.compile(
     r"CUDAGraphMode\.(\w+) is not supported (?:with spec-decode for attention backend (\w+)|with (\w+) backend)"
     r" \(support: ?AttentionCGSupport\.(\w+)\)\s*;\s*setting cudagraph_mode=(\w+)"
@@ -56,18 +49,13 @@ _BACKEND_PROSE = (
     ("Using AITER MLA backend", "ROCM_AITER_MLA"),
     ("Using Triton MLA backend", "TRITON_MLA"),
 )
+# 0.26.0 cuda.py:483 `Using FLASH_ATTN attention backend out of potential backends: [...]` and :422 `Using
+# AttentionBackendEnum.TRITON_ATTN backend.` (--attention-backend); rocm.py:571/:625 without `attention `.
 _BACKEND_ENUM = re.compile(
-    r"(?:Using ([A-Z][A-Z0-9_]+) backend (?:\(selected via --attention-backend\)|out of potential backends)"
+    r"(?:Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?:attention )?backend"
+    r"(?: \(selected via --attention-backend\)| out of potential backends|\.$)"
     r"|Overriding with ([A-Z][A-Z0-9_]+) out of potential backends)"
 )
-# The engine config line (VllmConfig.__str__, 0.10-0.33): the facts the known-issues data conditions on.
-_CFG_QUANT = re.compile(r"\bquantization=([\w.-]+)")
-_CFG_KV = re.compile(r"\bkv_cache_dtype=([\w.-]+)")
-_CFG_TP = re.compile(r"\btensor_parallel_size=(\d{1,6})\b")
-_CFG_PP = re.compile(r"\bpipeline_parallel_size=(\d{1,6})\b")
-_CFG_DP = re.compile(r"\bdata_parallel_size=(\d{1,6})\b")
-_CFG_SPEC = re.compile(r"\bspeculative_config=(?:None|SpeculativeConfig\(method='([\w-]+)')")
-_ARGS_MAX_SEQS = re.compile(r"""['"]max_num_seqs['"]\s*:\s*(\d{1,9})\b""")
 # What the distribution's image entrypoint (docker/scripts/vllm-serve.sh) prints before vLLM starts: patches,
 # ROCm version and the VLLM_ROCM_* environment, none of which vLLM logs itself.
 FACTS_PREFIX = "vllm-rocm facts: "
@@ -98,14 +86,16 @@ ENGINE_START = "engine_start"  # a new engine config line: mode = requested (con
 REQUESTED = "requested"  # mode from non-default args
 EAGER = "eager"
 DOWNGRADE = "downgrade"  # mode = effective, text = requested
-KV_CACHE = "kv_cache"  # `Available KV cache memory`: after it, a capture is the real one
+KV_CACHE = "kv_cache"  # the KV cache is sized (profiled or --kv-cache-memory-bytes): a capture after it is the real one
 BAR = "bar"  # capture progress: phase, mode, done, total
 FINISHED = "finished"  # seconds, gib
-FAILURE = "failure"  # reason: oom | gpu_error | exception | engine_failed
+FAILURE = "failure"  # reason: oom | gpu_error | exception | engine_failed | engine_died
 SKIPPED = "skipped"  # capture skipped (mode NONE)
 PROFILED = "profiled"  # 0.20+ V1 graph-memory profiling: mode = what will be captured (resolved)
 BACKEND = "backend"  # attention backend selected: text = vLLM's enum name
-CONFIG = "config"  # engine config facts: text = JSON {quantization, kv_cache_dtype, ...}
+CONFIG = "config"  # engine config facts (configline.engine_facts): text = JSON {cudagraph_mode, quantization, ...}
+CONFIG_ERROR = "config_error"  # the engine config line does not read as vLLM's structure: reason = why
+API_VERSION = "api_version"  # the API server's version line (`vLLM API server version X`, the banner): text = X
 ARGS = "args"  # non-default args facts: text = JSON {max_num_seqs}
 FACTS = "facts"  # the image entrypoint's facts line: text = its JSON object
 PLATFORM = "platform"  # `Automatically detected platform rocm.`: text = the platform
@@ -118,7 +108,9 @@ _PHASE = {"mixed prefill-decode": "mixed", "decode": "decode", None: "unspecifie
 # print it (shared notes §2-§4; tests/health/test_logparse.py checks the fixtures and the real 0.26/0.32 logs).
 # A line from any other module (the request path: serving_*.py, logger.py, api_server.py) is never an event.
 _SRC_ENGINE = frozenset({"core.py"})
-_SRC_ARGS = frozenset({"utils.py", "api_utils.py", "startup.py", "arg_utils.py", "cli_args.py", "main.py", "serve.py"})
+_SRC_ARGS = frozenset(
+    {"utils.py", "api_utils.py", "startup.py", "arg_utils.py", "cli_args.py", "main.py", "serve.py", "api_server.py"}
+)
 _SRC_PLATFORM = frozenset({"__init__.py"})
 _SRC_BACKEND = frozenset({"rocm.py", "cuda.py", "cpu.py", "xpu.py", "selector.py", "interface.py"})
 _SRC_RESOLVE = frozenset(
@@ -154,6 +146,11 @@ _SRC_FAILURE = frozenset(
 )
 
 _VERSION = re.compile(r"Initializing a V1 LLM engine \(v([0-9][0-9A-Za-z.+!_-]{0,63})\) with config: ")
+# The API server's own version line, before any engine starts: `vLLM API server version 0.9.2` (0.9.2
+# entrypoints/openai/api_server.py:1395) or the banner's `... █ ▀▄▀ █  version 0.26.0` (0.22.1 entrypoints/utils.py,
+# 0.26.0 serve/utils/api_utils.py). What an excerpt without the engine line still says.
+_API_VERSION = re.compile(r"(?:vLLM API server version | ?\S.{0,80}█  version )([0-9][0-9A-Za-z.+!_-]{0,63})$")
+_SRC_VERSION = frozenset({"api_server.py", "utils.py", "api_utils.py"})
 _PLATFORM = re.compile(r"Automatically detected platform ([a-z]{1,16})\.")
 # 0.10.2 config/__init__.py:742, 0.14.0 config/model.py:530, 0.32.0 model.py:733, 0.34.0 :761 (the API server's)
 _ARCHITECTURE = re.compile(r"Resolved architecture: ([A-Za-z][A-Za-z0-9_]{0,99})$")
@@ -233,29 +230,23 @@ def _parse_logger(line: LogLine) -> list[Event]:
         m = _FINISHED.match(msg)
         return [Event(FINISHED, seconds=float(m.group(1)), gib=float(m.group(2)))] if m else []
     if src in _SRC_ENGINE and msg.startswith("Initializing a V1 LLM engine"):
-        m = _VERSION.match(msg)
-        events = [Event(ENGINE_START, mode=_config_mode(msg), text=m.group(1) if m else "")]
-        facts = _config_facts(msg)
-        if facts:
-            events.append(Event(CONFIG, text=json.dumps(facts, sort_keys=True)))
-        if "enforce_eager=True" in msg:
-            events.append(Event(EAGER, text="enforce_eager=True"))
-        return events
+        return _engine_line(msg)
     if src in _SRC_BACKEND and (msg.startswith("Using ") or msg.startswith("Found incompatible backend")):
         backend = _backend(msg)
         return [Event(BACKEND, text=backend)] if backend else []
     if src in _SRC_ARGS and msg.startswith("non-default args: "):
+        try:
+            facts = configline.args_facts(msg[len("non-default args: ") :])
+        except configline.ConfigLineError:
+            return []  # optional facts: the engine config line is the authority, and it is checked by structure
         events = []
-        m = _ARGS_MODE.search(msg)
-        if m and m.group(1).upper() in MODES:
-            events.append(Event(REQUESTED, mode=m.group(1).upper()))
-        elif m and m.group(1) in ("0", "1", "2"):
-            events.append(Event(REQUESTED, mode=_JSON_MODE[m.group(1)]))
-        if _ENFORCE_EAGER.search(msg):
+        mode = facts.get("cudagraph_mode")
+        if mode in MODES:
+            events.append(Event(REQUESTED, mode=mode))
+        if facts.get("enforce_eager"):
             events.append(Event(EAGER, text="--enforce-eager"))
-        m = _ARGS_MAX_SEQS.search(msg)
-        if m:
-            events.append(Event(ARGS, text=json.dumps({"max_num_seqs": int(m.group(1))})))
+        if "max_num_seqs" in facts:
+            events.append(Event(ARGS, text=json.dumps({"max_num_seqs": facts["max_num_seqs"]})))
         return events
     if src in _SRC_MODEL and msg.startswith("Resolved architecture: "):
         m = _ARCHITECTURE.match(msg)
@@ -287,23 +278,25 @@ def _parse_logger(line: LogLine) -> list[Event]:
         or msg.startswith("Skipping encoder and decoder CUDA graph capture")
     ):
         return [Event(SKIPPED)]
-    if src in _SRC_KV and msg.startswith("Available KV cache memory"):
+    if src in _SRC_KV and (
+        msg.startswith("Available KV cache memory")
+        or (msg.startswith("Initial free memory") and "as specified by kv_cache_memory_bytes" in msg)
+    ):
+        # Profiled, or given by --kv-cache-memory-bytes (0.22-0.26 gpu_worker.py: "... reserved X GiB memory for KV
+        # Cache as specified by kv_cache_memory_bytes config and skipped memory profiling"): either way sized.
         return [Event(KV_CACHE)]
+    if src in _SRC_VERSION:
+        m = _API_VERSION.match(msg)
+        if m:
+            return [Event(API_VERSION, text=m.group(1))]
     if src in _SRC_SHUTDOWN and msg.startswith("[shutdown] "):
+        if "engine core exited unexpectedly" in msg:
+            # 0.26.0 core_client.py:703: the engine process died under a running API server (killed, crashed)
+            return [Event(SHUTDOWN), Event(FAILURE, reason="engine_died", text=msg[:300])]
         return [Event(SHUTDOWN)]
     if src in _SRC_FAILURE and line.level in ("ERROR", "CRITICAL"):
         return _failure(msg)
     return []
-
-
-def _config_mode(line: str) -> str:
-    m = _CONFIG_DICT_MODE.search(line)
-    if m:
-        return m.group(1)
-    m = _CONFIG_JSON_MODE.search(line)
-    if m:
-        return _JSON_MODE.get(re.sub(r"\s", "", m.group(1)), "unknown")
-    return "unknown"
 
 
 def _backend(line: str) -> str:
@@ -318,24 +311,20 @@ def _backend(line: str) -> str:
     return ""
 
 
-def _config_facts(line: str) -> dict:
-    """quantization, kv_cache_dtype, speculative method and TP size from the engine config line ("none" when
-    vLLM prints None; a key is absent when the line does not carry it)."""
-    out: dict = {}
-    m = _CFG_QUANT.search(line)
-    if m:
-        out["quantization"] = "none" if m.group(1) == "None" else m.group(1)
-    m = _CFG_KV.search(line)
-    if m:
-        out["kv_cache_dtype"] = m.group(1)
-    m = _CFG_TP.search(line)
-    if m:
-        out["tensor_parallel_size"] = int(m.group(1))
-    for key, rx in (("pipeline_parallel_size", _CFG_PP), ("data_parallel_size", _CFG_DP)):
-        m = rx.search(line)
-        if m:
-            out[key] = int(m.group(1))
-    m = _CFG_SPEC.search(line)
-    if m:
-        out["speculative_method"] = m.group(1) or "none"
-    return out
+def _engine_line(msg: str) -> list[Event]:
+    """The engine config line: a new engine (its version), and its facts read by structure (configline.py), or why
+    they cannot be read. Never a guess: a line that does not parse gives no facts."""
+    m = _VERSION.match(msg)
+    if not m:
+        return [Event(ENGINE_START, mode="unknown"), Event(CONFIG_ERROR, reason="not in the known format")]
+    try:
+        facts = configline.engine_facts(msg[m.end() :])
+    except configline.ConfigLineError as exc:
+        return [Event(ENGINE_START, mode="unknown", text=m.group(1)), Event(CONFIG_ERROR, reason=str(exc)[:200])]
+    events = [
+        Event(ENGINE_START, mode=facts["cudagraph_mode"], text=m.group(1)),
+        Event(CONFIG, text=json.dumps(facts, sort_keys=True)),
+    ]
+    if facts.get("enforce_eager"):
+        events.append(Event(EAGER, text="enforce_eager=True"))
+    return events

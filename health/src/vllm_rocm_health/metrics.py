@@ -15,7 +15,7 @@ from .state import LogState
 from .workers import WorkerStatus
 
 # Exactly the label values of docs/contracts.md (an unsupported-mode ValueError counts as `exception`).
-FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed")
+FAILURE_REASONS = ("oom", "gpu_error", "exception", "engine_failed", "engine_died")
 PHASES = ("decode", "mixed", "unspecified")
 RUNTIME_MODES = ("FULL", "PIECEWISE")
 
@@ -34,6 +34,7 @@ class SidecarStatus:
         self.ready_reason = "starting"
         self.ready_code = "starting"
         self.server_healthy: bool | None = None
+        self.healthy_since: float | None = None  # monotonic time /health last turned ok (None: not ok now)
 
 
 class CaptureCollector(Collector):
@@ -126,6 +127,13 @@ class CaptureCollector(Collector):
     def _known_issues(self, state: LogState) -> Iterator:
         """One series per known issue (0 or 1), so an alert sees a row go active rather than appear."""
         g = GaugeMetricFamily
+        arch, source = self.judge.arch(state.image_facts)
+        yield _info(
+            "vllm_sidecar_gpu_arch_info",
+            "The GPU architecture the known issues are judged on, and where it came from (observed: the node's KFD "
+            "topology; image: the image's facts line; operator: VLLM_HEALTH_GPU_ARCH; unknown)",
+            {"arch": arch or "", "source": source},
+        )
         verdict = self.judge.judge(state)  # never raises: a failure is a verdict that is not ok
         yield g(
             "vllm_known_issues_evaluated",
@@ -152,6 +160,12 @@ class CaptureCollector(Collector):
             possible.add_metric(lv, int(m is not None and m.status == "possible" and not m.mitigated))
         yield active
         yield possible
+
+
+def _info(name: str, doc: str, labels: dict[str, str]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=list(labels))
+    family.add_metric(list(labels.values()), 1)
+    return family
 
 
 class WorkerCollector(Collector):

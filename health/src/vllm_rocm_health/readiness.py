@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vllm_rocm_core.qualification import QualificationError, Report
 from vllm_rocm_known_issues.evaluator import MODES
-from vllm_rocm_qualify.qualification import QualificationError, Report
 
 from .state import EngineState
 from .workers import WorkerStatus
@@ -29,20 +29,25 @@ class HeldOut:
 
 # The bounded reason codes (the `reason` label of vllm_sidecar_not_ready_reason; /readyz's message has the details),
 # each with its alert. The alert rules and the runbook's table are generated from this (`make generate`). Critical
-# after 5-10 min: what does not clear by itself and needs a person (the engine is not what the deployment asked for,
-# answers are wrong, the engine cannot start). Warning after longer: what normally clears by itself (a start, a
-# restart, the canary's next run, a back-off), so only a hold well past a slow cold start is news.
+# after 5-10 min: what does not clear by itself and needs a person (the engine is not what the deployment asked for
+# or cannot be checked, answers are wrong, the engine cannot start). Warning after longer: what normally clears by
+# itself (a start, a restart, the canary's next run, a back-off), so only a hold well past a slow cold start is news.
 # A new reason: one line here, a `### `reason`` section in charts/vllm-rocm/docs/runbook.md, then `make generate`.
 REASONS: dict[str, HeldOut] = {
     "worker_down": HeldOut(WARNING, "15m"),
     "engine_failed": HeldOut(CRITICAL, "10m"),
+    "engine_config_unreadable": HeldOut(CRITICAL, "5m"),
+    "engine_config_unseen": HeldOut(CRITICAL, "5m"),
     "known_issues_unknown": HeldOut(CRITICAL, "5m"),
     "known_issue": HeldOut(CRITICAL, "5m"),
+    "gpu_arch_unknown": HeldOut(CRITICAL, "5m"),
     "mode_unknown": HeldOut(CRITICAL, "5m"),
     "mode_mismatch": HeldOut(CRITICAL, "5m"),
     "mode_failed_qualification": HeldOut(CRITICAL, "5m"),
+    "mode_not_qualified": HeldOut(CRITICAL, "5m"),
     "release_not_qualified": HeldOut(CRITICAL, "5m"),
     "log_source_down": HeldOut(WARNING, "15m"),
+    "log_format_unknown": HeldOut(CRITICAL, "5m"),
     "capture_pending": HeldOut(WARNING, "45m"),
     "health_unknown": HeldOut(WARNING, "15m"),
     "health_failing": HeldOut(WARNING, "15m"),
@@ -74,9 +79,18 @@ class Inputs:
     canary_pass_instance: int | None = None  # the instance the last canary pass was measured on
     expected_mode: str = ""  # "" = the deployment did not say
     failed_modes: frozenset[str] = frozenset()  # modes the qualification report failed
+    passed_modes: frozenset[str] | None = None  # modes the qualification report passed (None: no report)
+    # How long vLLM has answered /health for this engine instance (None: not answering). Once it answers, its
+    # engine config line and capture lines have been written: past `log_grace` seconds without them, the log
+    # is one this sidecar cannot read (a logging configuration, a format it does not know), said as such.
+    healthy_for: float | None = None
+    log_grace: float = 60.0
     qualification: Report | None = None  # the deployment's qualification report, when it has one
     known_issues_error: str = ""  # the known issues could not be judged for this engine
     blocking_issues: tuple[str, ...] = ()  # "id: title" of each verified, active, unmitigated, not allowed row
+    # Rows of that kind that only the unknown GPU architecture leaves open, and what was seen of the GPU.
+    arch_undecided: tuple[str, ...] = ()
+    gpu_detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,19 +106,49 @@ def decide(i: Inputs) -> Verdict:
             return Verdict(False, "worker_down", w.reason)
     e = i.engine
     if e.failures:
-        return Verdict(False, "engine_failed", "engine start failed: " + ", ".join(sorted(e.failures)))
-    if i.engine_seen:
+        what = "the engine died under the running server" if e.failures == {"engine_died"} else "engine start failed"
+        return Verdict(False, "engine_failed", f"{what}: " + ", ".join(sorted(e.failures)))
+    # `not healthy_for <= grace`-style: an unknown (None) time has not passed the grace.
+    log_overdue = i.healthy_for is not None and i.healthy_for > i.log_grace
+    if i.capture_gate:
+        # A log source is configured: what runs is checked from vLLM's own lines, and nothing else vouches for it.
+        if not i.engine_seen:
+            if not i.log_source_up:
+                return _log_source_down(i)
+            if log_overdue:
+                return Verdict(
+                    False,
+                    "engine_config_unseen",
+                    f"vLLM has answered /health for {i.healthy_for:.0f} s but its log shows no engine config line "
+                    "(`Initializing a V1 LLM engine ... with config:`), so the mode, release and known issues of "
+                    "what runs cannot be checked: a logging configuration (VLLM_LOGGING_CONFIG_PATH, "
+                    "VLLM_LOGGING_LEVEL above INFO, VLLM_LOGGING_PREFIX, VLLM_CONFIGURE_LOGGING=0), a "
+                    "data-parallel rank that does not print it, or a log this sidecar does not follow from its "
+                    "start",
+                )
+            return Verdict(False, "capture_pending", "waiting for vLLM's engine config line")
+        if e.config_error:
+            return Verdict(
+                False,
+                "engine_config_unreadable",
+                f"vLLM's engine config line does not read as vLLM {e.version or '(no version)'} prints it "
+                f"({e.config_error}): no facts are taken from it",
+            )
         v = _authority(i)
         if v is not None:
             return v
-    if i.capture_gate and not (e.capture_finished or e.runs_without_graphs):
-        if not i.log_source_up:
-            return Verdict(
-                False,
-                "log_source_down",
-                f"no vLLM log to read the capture state from: {i.log_source_reason or 'not connected'}",
-            )
-        return Verdict(False, "capture_pending", f"CUDA-graph capture not finished ({e.progress:.0%})")
+        if not (e.capture_finished or e.runs_without_graphs):
+            if not i.log_source_up:
+                return _log_source_down(i)
+            if log_overdue:
+                return Verdict(
+                    False,
+                    "log_format_unknown",
+                    f"vLLM {e.version} has answered /health for {i.healthy_for:.0f} s, but its log shows no "
+                    f"CUDA-graph capture line this sidecar knows for cudagraph_mode {e.effective}: the log format "
+                    "of this release (or its logging configuration) is not recognized",
+                )
+            return Verdict(False, "capture_pending", f"CUDA-graph capture not finished ({e.progress:.0%})")
     if i.server_healthy is None:
         return Verdict(False, "health_unknown", "vLLM /health not polled yet")
     if not i.server_healthy:
@@ -133,6 +177,14 @@ def decide(i: Inputs) -> Verdict:
     return Verdict(True, "ok", "ok")
 
 
+def _log_source_down(i: Inputs) -> Verdict:
+    return Verdict(
+        False,
+        "log_source_down",
+        f"no vLLM log to read the capture state from: {i.log_source_reason or 'not connected'}",
+    )
+
+
 def _authority(i: Inputs) -> Verdict | None:
     """The rules on what runs, from vLLM's own lines (never from what the deployment says it rendered)."""
     e = i.engine
@@ -145,6 +197,23 @@ def _authority(i: Inputs) -> Verdict | None:
             "a verified known issue applies to what vLLM runs and no applied patch "
             "mitigates it: " + "; ".join(i.blocking_issues) + " (allow it explicitly only after reading "
             "the runbook)",
+        )
+    if i.arch_undecided:
+        return Verdict(
+            False,
+            "gpu_arch_unknown",
+            "the GPU architecture is not known (" + (i.gpu_detail or "not observed") + "; no arch in the image's "
+            "facts line; VLLM_HEALTH_GPU_ARCH / rocm.gpuArch not set) and a verified known issue applies to what vLLM "
+            "runs on some architectures: " + "; ".join(i.arch_undecided) + " (name the architecture, or allow the "
+            "issue after reading the runbook)",
+        )
+    # Running a mode the report failed is the stronger evidence (known wrong on this node): named before a mismatch.
+    if e.effective in i.failed_modes:
+        return Verdict(
+            False,
+            "mode_failed_qualification",
+            f"vLLM runs cudagraph_mode {e.effective} (asked for "
+            f"{e.requested}), which the qualification report failed on this node",
         )
     if i.expected_mode:
         if e.config_mode not in MODES:
@@ -160,12 +229,15 @@ def _authority(i: Inputs) -> Verdict | None:
                 f"vLLM runs cudagraph_mode {e.config_mode}, the deployment asked "
                 f"for {i.expected_mode} (a wrapper, an env var or a config file changed it)",
             )
-    if e.effective in i.failed_modes:
+    if i.passed_modes is not None and e.effective not in i.passed_modes:
+        # vLLM's own fallback (a backend without full-graph support resolves FULL to FULL_AND_PIECEWISE, ...) can run
+        # a mode the report never measured: qualified means passed, not "not failed".
+        passed = ", ".join(sorted(i.passed_modes)) or "none"
         return Verdict(
             False,
-            "mode_failed_qualification",
-            f"vLLM runs cudagraph_mode {e.effective} (asked for "
-            f"{e.requested}), which the qualification report failed on this node",
+            "mode_not_qualified",
+            f"vLLM runs cudagraph_mode {e.effective} (asked for {e.requested}), a mode the qualification report did "
+            f"not pass on this node (it passed: {passed})",
         )
     if i.qualification is not None:
         try:

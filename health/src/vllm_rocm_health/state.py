@@ -19,6 +19,7 @@ class EngineState:
 
     version: str = ""
     config_mode: str = "unknown"  # the mode of vLLM's engine config line (what it was asked, after config overrides)
+    config_error: str = ""  # the engine config line did not read as vLLM's structure: no facts from it
     requested: str = "unknown"
     effective: str = "unknown"
     downgrade_warned: bool = False  # vLLM logged a downgrade warning
@@ -114,6 +115,9 @@ class LogState:
         # The image entrypoint's facts line (patches, ROCm version, VLLM_ROCM_* env): one per container start,
         # so it outlives engine restarts within the container.
         self.image_facts: dict = {}
+        # The API server's version line: what an excerpt without the engine config line still says (never a fact
+        # the runtime rules use: those need the engine's own line).
+        self.api_version = ""
         # Engine instances seen (a canary verdict belongs to one): every engine start, container restart, new
         # capture, changed engine-process pid, or an outage the sidecar reports through new_instance().
         self.instance = 0
@@ -195,6 +199,10 @@ class LogState:
                 self._set_eager(e)
             e.max_num_seqs = self._args_max_num_seqs
             e.architecture = e.architecture or self._args_architecture
+        elif k == lp.CONFIG_ERROR:
+            e.config_error = ev.reason or "unreadable"
+        elif k == lp.API_VERSION:
+            self.api_version = ev.text
         elif k == lp.CONFIG:
             facts = json.loads(ev.text)
             e.quantization = facts.get("quantization", e.quantization)
@@ -281,7 +289,10 @@ class LogState:
         """Graphs and effective mode of the final pass, from its bars."""
         e.graphs = {key: total for key, (_, total) in e.bars.items()}
         if e.graphs:
-            seen = modes_from_bars(e.graphs, e.requested)
+            # The engine config line's mode (read by structure) settles what the bars cannot tell apart (a lone
+            # FULL bar of the V2 runner); `non-default args` only when there is no engine line.
+            asked = e.config_mode if e.config_mode in lp.MODES else e.requested
+            seen = modes_from_bars(e.graphs, asked)
             e.bars_differ = e.requested != "unknown" and seen != e.requested
             e.effective = seen
 
@@ -290,10 +301,26 @@ class LogState:
         e.eager = True
         e.effective = "NONE"
 
+    def facts_source(self) -> dict[str, str]:
+        """Where the version and the requested mode came from: vLLM's engine config line, or (an excerpt without
+        it) the API server's version line and `non-default args`, or the operator's hint."""
+        e = self.engine
+        version = "engine config line" if e.version else ("API server version line" if self.api_version else "")
+        if self.engines_seen and e.config_mode != "unknown":
+            requested = "non-default args" if self._args_requested else "engine config line"
+        elif self._args_requested:
+            requested = "non-default args"
+        else:
+            requested = "operator hint" if self.requested_hint else ""
+        return {"vllm_version": version, "requested_mode": requested}
+
     def summary(self) -> dict:
         e = self.engine
         return {
-            "vllm_version": e.version,
+            "vllm_version": e.version or self.api_version,
+            "facts_source": self.facts_source(),
+            "excerpt": not self.engines_seen and bool(self.api_version or self._args_requested),
+            "config_error": e.config_error,
             "requested_mode": e.requested,
             "effective_mode": e.effective,
             "downgraded": e.downgraded,

@@ -37,6 +37,7 @@ Semantics, per issue and condition (the chart guard must agree, row by row):
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import json
 import os
 import re
@@ -107,19 +108,27 @@ class KnownIssuesError(ValueError):
 
 def default_data_path(series_dir: Path | None = None) -> Path:
     """$VLLM_ROCM_KNOWN_ISSUES, else known-issues/ next to the series directory (repository and image layout:
-    <root>/patches and <root>/known-issues), else next to this package's source root."""
+    <root>/patches and <root>/known-issues), else the installed wheel's copy (package data `data/`, which
+    pyproject.toml maps to the repository's known-issues/), else next to this package's source root (a checkout)."""
     env = os.environ.get(ENV_DATA)
     if env:
         return Path(env)
     candidates = []
     if series_dir is not None:
         candidates.append(Path(series_dir).resolve().parent / "known-issues" / DATA_NAME)
-    # known-issues/src/vllm_rocm_known_issues/evaluator.py -> known-issues/ (repository and image layout)
-    candidates.append(Path(__file__).resolve().parents[2] / DATA_NAME)
+    here = Path(__file__).resolve()
+    # known-issues/src/vllm_rocm_known_issues/evaluator.py -> known-issues/ (a checkout, and the ROCm image's layout)
+    checkout = here.parents[2] / DATA_NAME if here.parents[1].name == "src" else None
+    packaged = importlib.resources.files(__package__ or "vllm_rocm_known_issues") / "data" / DATA_NAME
+    if isinstance(packaged, Path):  # an installed wheel (not a zip import)
+        candidates.append(packaged)
+    if checkout is not None:
+        candidates.append(checkout)
     for c in candidates:
         if c.is_file():
             return c
-    return candidates[0]
+    # Nothing found: name this package's own copy as the missing one.
+    return checkout or (candidates[-1] if candidates else Path(DATA_NAME))
 
 
 # --- attention backends ----------------------------------------------------------------------------------------
@@ -896,37 +905,27 @@ def replace_readme_block(text: str, table: str) -> str:
     return f"{head}{README_START}\n{table}{README_END}{tail}"
 
 
-# Versions tried, in order, when a row's trigger needs a release / ROCm version inside its specifiers.
-_RELEASE_CANDIDATES = (
-    "0.10.1.1",
-    "0.10.2",
-    "0.11.0",
-    "0.11.1rc1",
-    "0.12.0",
-    "0.13.0",
-    "0.14.0",
-    "0.15.0.dev1",
-    "0.17.0",
-    "0.19.0",
-    "0.20.0",
-    "0.22.1",
-    "0.25.0",
-    "0.26.0",
-    "0.27.0",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.33.0",
-    "0.34.0",
-    "0.9.2",
-)
+# ROCm versions tried, in order, when a row's trigger needs one inside its specifiers (the vLLM releases tried are the
+# release registry's, `example_releases`).
 _ROCM_CANDIDATES = ("7.0.0", "7.1.1", "7.2.0", "7.2.3", "7.2.4", "6.4.1")
 
 
-def example_config(issue: Issue, patches: frozenset[str] = frozenset()) -> Config:
+def example_releases() -> tuple[str, ...]:
+    """The vLLM releases example configurations pick from, in order: `checked.examples` of the repository's release
+    registry (releases.json; real releases, the first inside each row's range is taken). Example configurations are
+    for the repository's tests: an installed package without a checkout has none."""
+    path = Path(__file__).resolve().parents[3] / "releases.json"
+    try:
+        return tuple(json.loads(path.read_text(encoding="utf-8"))["checked"]["examples"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KnownIssuesError(f"{path}: no release registry with checked.examples ({exc})") from None
+
+
+def example_config(issue: Issue, patches: frozenset[str] = frozenset(), releases: tuple[str, ...] = ()) -> Config:
     """A fully known configuration that triggers `issue` (its first value of every condition, inside its first
-    evidence_scope alternative): what a test renders to check that every consumer (chart guard, sidecar) agrees with
-    this evaluator row by row."""
+    evidence_scope alternative; its release the first of `releases`, default `example_releases()`, inside the row's
+    range): what a test renders to check that every consumer (chart guard, sidecar) agrees with this evaluator row by
+    row."""
     a = dict(issue.affects)
     inside = issue.scope[0] if issue.scope else {}
     for cond, want in inside.items():
@@ -937,7 +936,7 @@ def example_config(issue: Issue, patches: frozenset[str] = frozenset()) -> Confi
         elif cond in RANGE_CONDITIONS:
             a[cond] = want
     release_specs = [issue.vllm] + ([_spec(inside["vllm"], issue.id)] if inside.get("vllm") else [])
-    release = next((v for v in _RELEASE_CANDIDATES if all(s.contains(v) for s in release_specs)), None)
+    release = next((v for v in releases or example_releases() if all(s.contains(v) for s in release_specs)), None)
     rocm_specs = [s for s in (issue.rocm,) if s is not None]
     if inside.get("rocm"):
         rocm_specs.append(_spec(inside["rocm"], issue.id))

@@ -10,7 +10,8 @@ bug (`>=X`) and the first release that has the fix (`<Y`), and a build is judged
 conservatively:
 
 - a final release, a post release and a local build (`0.10.2`, `0.10.2.post1`, `0.10.2+rocm700`) are that public
-  version (the local label is ignored: AMD's builds of a release are that release);
+  version (the local label is ignored: AMD's builds of a release are that release); so is a build with an epoch
+  (`1!0.10.2`): a packager's epoch reorders versions, it does not change which release's code the build holds;
 - a pre-release or development build (`0.10.2rc1`, `0.10.2.dev383+g1234abc.rocm700`) was cut somewhere before its
   final release and cannot say which changes of that release it holds, so both bounds assume the worst: `>=X`
   holds when its final release is X or later (it may already carry the bug), `<Y` holds while the build itself
@@ -170,6 +171,8 @@ class Bound:
 
     def admits(self, v: Version) -> bool:
         """Whether a build of version `v` may be on the affected side of this bound (module docstring)."""
+        if v.epoch:
+            v = Version(0, v.release, v.pre, v.post, v.dev, v.local, v.text.split("!", 1)[1])
         if self.op == ">=":
             return v.final >= self.version
         return v.public < self.version
@@ -199,6 +202,8 @@ class SpecifierSet:
                 raise InvalidSpecifier(f"{part.strip()!r} in {text!r}: {exc}") from None
             if version.local is not None:
                 raise InvalidSpecifier(f"{part.strip()!r} in {text!r}: a bound takes no local label")
+            if version.epoch:
+                raise InvalidSpecifier(f"{part.strip()!r} in {text!r}: a bound takes no epoch")
             self.bounds.append(Bound(m.group(1), version))
 
     def contains(self, version: str | Version) -> bool:

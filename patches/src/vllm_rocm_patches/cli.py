@@ -82,15 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--series-dir",
         type=Path,
         default=None,
-        help=f"the series directory (default: this repository's patches/; env {series.ENV_SERIES_DIR})",
+        help=f"the series directory (default: env {series.ENV_SERIES_DIR}, else the one this package was installed or "
+        "checked out with)",
     )
     parser.add_argument(
         "--known-issues",
         type=Path,
         default=None,
         metavar="FILE",
-        help=f"the known-issues data (default: known-issues/known-issues.json next to the series dir; env"
-        f" {known_issues.ENV_DATA})",
+        help=f"the known-issues data (default: env {known_issues.ENV_DATA}, else known-issues/known-issues.json "
+        "next to the series dir, else the one this package was installed or checked out with)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")

@@ -7,6 +7,7 @@ with DEP-3 headers, and `series.json` (machine-readable: targets, pristine/patch
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import json
 import os
 from dataclasses import dataclass, field
@@ -21,10 +22,14 @@ ENTRY_STATES = ("patch", "fixed-upstream", "not-needed")
 
 
 def default_series_dir() -> Path:
+    """$VLLM_ROCM_PATCHES_DIR, else the installed wheel's series (package data `data/`, which pyproject.toml maps to
+    the repository's patches/), else this package's own checkout (patches/src/vllm_rocm_patches -> patches/)."""
     env = os.environ.get(ENV_SERIES_DIR)
     if env:
         return Path(env)
-    # patches/src/vllm_rocm_patches/series.py -> patches/
+    packaged = importlib.resources.files(__package__ or "vllm_rocm_patches") / "data"
+    if isinstance(packaged, Path) and (packaged / "index.json").is_file():
+        return packaged
     return Path(__file__).resolve().parents[2]
 
 

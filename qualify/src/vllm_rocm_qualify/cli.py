@@ -149,7 +149,7 @@ def dispatch(args: argparse.Namespace) -> int:
     from . import report as rep
 
     if args.qualify_command == "show":
-        from .qualification import QualificationError, load
+        from vllm_rocm_core.qualification import QualificationError, load
 
         try:
             raw = load(args.report).raw

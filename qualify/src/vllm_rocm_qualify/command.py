@@ -34,7 +34,7 @@ def _qualification(argv: list[str]) -> int:
     import argparse
     import logging
 
-    from .qualification_cli import add_qualification_parser
+    from vllm_rocm_health.qualification_cli import add_qualification_parser
 
     parser = argparse.ArgumentParser(prog="vllm-rocm")
     add_qualification_parser(parser.add_subparsers(dest="command", required=True))

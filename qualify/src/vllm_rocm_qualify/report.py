@@ -1,4 +1,4 @@
-"""Rows, verdicts, the recommendation, the table, and the report file (format: vllm_rocm_health.qualification,
+"""Rows, verdicts, the recommendation, the table, and the report file (format: vllm_rocm_core.qualification,
 which deployment reads)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .qualification import FORMAT, KIND, validate
+from vllm_rocm_core.qualification import FORMAT, KIND, validate
 
 
 def verdict(row: dict[str, Any]) -> tuple[str, str]:

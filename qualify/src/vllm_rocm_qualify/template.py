@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from .qualification import compilation_config
+from vllm_rocm_core.qualification import compilation_config
 
 EAGER = "eager"  # the --enforce-eager reference; not a cudagraph mode
 _WORDS = ("{mode}", "{port}", "{model}", "{served_model_name}")

@@ -24,16 +24,27 @@ def get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
 
 
 class SidecarProcess:
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        """`command`: how to start `vllm-rocm-health` (default: this interpreter's module; the wheel tests give the
+        installed console script)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._out = open(log_path, "wb")  # noqa: SIM115
+        command = command or [sys.executable, "-m", "vllm_rocm_health"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm_rocm_health", "serve", "--listen", f"127.0.0.1:{self.port}", *args],
+            [*command, "serve", "--listen", f"127.0.0.1:{self.port}", *args],
             stdout=self._out,
             stderr=subprocess.STDOUT,
             env=env,
+            cwd=cwd,
         )
         # Generous: a Python start with its imports takes ~1 s idle and several times that on a loaded machine.
         deadline = time.monotonic() + 90

@@ -65,9 +65,10 @@ class Manifest:
 
 
 def default_targets() -> list[str]:
-    """The default release's vLLM image and the sidecar (what one AMD node runs)."""
-    release = json.loads((REPO / "docker" / "releases.json").read_text(encoding="utf-8"))["default_release"]
-    return ["vllm-rocm-" + release.replace(".", "_"), "vllm-rocm-health"]
+    """The default release's vLLM image and the sidecar (what one AMD node runs; releases.json names the default)."""
+    from .. import releases
+
+    return ["vllm-rocm-" + releases.load().default.replace(".", "_"), "vllm-rocm-health"]
 
 
 def base_args(dockerfile: Path) -> tuple[str, str]:

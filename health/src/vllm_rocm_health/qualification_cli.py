@@ -8,9 +8,9 @@ import json
 import logging
 from pathlib import Path
 
-from vllm_rocm_health.canary.baseline import Baseline, BaselineError
+from vllm_rocm_core.qualification import QualificationError, compilation_config, load
 
-from .qualification import QualificationError, compilation_config, load
+from .canary.baseline import Baseline, BaselineError
 
 log = logging.getLogger(__name__)
 

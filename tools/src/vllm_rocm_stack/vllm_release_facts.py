@@ -62,10 +62,10 @@ def _dest_of(call: ast.Call, options: list[str]) -> str:
             and isinstance(value.slice, ast.Constant)
             and isinstance(value.value, ast.Name)
         ):
-            return f"{value.value.id.removesuffix('_kwargs')}.{value.slice.value}"
+            return f"{value.value.id.removesuffix('_kwargs')}.{value.slice.value!s}"
     for kw in call.keywords:
         if kw.arg == "dest" and isinstance(kw.value, ast.Constant):
-            return f"cli.{kw.value.value}"
+            return f"cli.{kw.value.value!s}"
     long = next((o for o in options if o.startswith("--")), options[0])
     return "cli." + long.lstrip("-").replace("-", "_")
 
@@ -120,11 +120,9 @@ def env_vars(tree: Path) -> set[str]:
     """The keys of envs.py's `environment_variables` table: every variable the release reads through vllm.envs."""
     module = ast.parse((tree / ENVS).read_text())
     for node in module.body:
-        target = (
-            node.target
-            if isinstance(node, ast.AnnAssign)
-            else (node.targets[0] if isinstance(node, ast.Assign) else None)
-        )
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
         if isinstance(target, ast.Name) and target.id == "environment_variables" and isinstance(node.value, ast.Dict):
             return {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
     raise AssertionError(f"{tree / ENVS}: no environment_variables table")
@@ -199,7 +197,7 @@ def _strings(path: Path) -> str:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             out.append(node.value)
         elif isinstance(node, ast.JoinedStr):
-            out.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values))
+            out.append("".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values))
     return "\n".join(out)
 
 
@@ -211,13 +209,11 @@ def attention_split_ops(tree: Path) -> list[str]:
     """The decoder-attention ops in CompilationConfig._attention_ops (split out of piecewise graphs by default)."""
     module = ast.parse(_first(tree, CONFIG_FILES).read_text())
     for node in ast.walk(module):
-        target = (
-            node.target
-            if isinstance(node, ast.AnnAssign)
-            else (node.targets[0] if isinstance(node, ast.Assign) else None)
-        )
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
         if isinstance(target, ast.Name) and target.id == "_attention_ops" and isinstance(node.value, ast.List):
-            ops = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+            ops = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
             return [op for op in ops if "unified_" in op and "attention" in op]
     raise AssertionError(f"{tree}: no CompilationConfig._attention_ops")
 

@@ -1,0 +1,2 @@
+"""What the sidecar and qualify share, below both of them: the qualification report's format and rules
+(`qualification`). Stdlib only (plus the known-issues package's mode list), so that every reader can import it."""
