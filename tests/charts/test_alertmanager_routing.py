@@ -9,8 +9,10 @@ prometheus-alertmanager: amtool and the server):
 
 amtool checks both configurations and routes every alert of the rules file, with the labels it carries, to the
 receiver of its severity; a real Alertmanager, fed alerts through its v2 API as Prometheus sends them, inhibits the
-symptom alerts of an instance while VllmHealthSidecarDown fires for it (not another instance's), and a failing canary
-inhibits VllmCanaryStale; the stack's own webhook receiver gets exactly the notifications that are not inhibited."""
+symptom alerts of an instance while VllmHealthSidecarDown fires for it (not another instance's), a failing canary
+inhibits VllmCanaryStale, an alert that already says why a pod is held out inhibits VllmPodHeldOut for that reason
+only, and VllmPodHeldOut inhibits VllmPodFlapping; the stack's own webhook receiver gets exactly the notifications that
+are not inhibited. Every VllmPodHeldOut inhibition pairs a reason the sidecar has with alerts at least as loud."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from vllm_rocm_health.readiness import REASONS
 from vllm_rocm_stack.alertmanager import (
     EXAMPLE_CONFIG,
     AlertmanagerServer,
@@ -51,6 +54,17 @@ def binary(name: str) -> str:
 
 def rules() -> list[dict[str, Any]]:
     return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r]
+
+
+def rule_id(r: dict[str, Any]) -> str:
+    """An alerting rule's name, with its static `reason` label if it has one (VllmPodHeldOut has a rule per reason)."""
+    return r["alert"] + (f"/{r['labels']['reason']}" if "reason" in r["labels"] else "")
+
+
+def static_labels(rid: str) -> dict[str, str]:
+    """alertname and the rule's own labels (severity, and reason for VllmPodHeldOut), as the alert carries them."""
+    rule = next(r for r in rules() if rule_id(r) == rid)
+    return {"alertname": rule["alert"], **rule["labels"]}
 
 
 # -- the AlertmanagerConfig as prometheus-operator turns it into Alertmanager configuration ----------------------
@@ -146,12 +160,14 @@ def routed(config: Path, labels: dict[str, str]) -> str:
 def test_every_rule_carries_what_the_routing_keys_on() -> None:
     """The routes match alertname=~"Vllm.+" (chart) and the severity label; a rule outside that would be routed by
     the default only (docker) or not at all (chart)."""
-    names = [r["alert"] for r in rules()]
-    assert len(names) == len(set(names)) >= 11
+    ids = [rule_id(r) for r in rules()]
+    assert len(ids) == len(set(ids)) >= 11 + len(REASONS)
     for r in rules():
         assert r["alert"].startswith("Vllm"), r["alert"]
         assert r["labels"]["severity"] in ("critical", "warning"), r
-    assert SIDECAR_DOWN in names and set(CANARY_FAILURES) <= set(names) and "VllmCanaryStale" in names
+    names = {r["alert"] for r in rules()}
+    assert SIDECAR_DOWN in names and set(CANARY_FAILURES) <= names and "VllmCanaryStale" in names
+    assert {i.split("/")[1] for i in ids if i.startswith("VllmPodHeldOut/")} == set(REASONS)
 
 
 def test_docs_list_every_alert_under_its_severity() -> None:
@@ -167,7 +183,8 @@ def test_docs_list_every_alert_under_its_severity() -> None:
 def test_amtool_accepts_the_configuration(name: str, tmp_path: Path) -> None:
     res = amtool("check-config", str(written(name, tmp_path)))
     assert res.returncode == 0 and "SUCCESS" in res.stdout, res.stdout + res.stderr
-    assert "2 inhibit rules" in res.stdout and "0 templates" in res.stdout, res.stdout
+    count = len(CONFIGS[name][0]()["inhibit_rules"])
+    assert count == 9 and f"{count} inhibit rules" in res.stdout and "0 templates" in res.stdout, res.stdout
 
 
 def test_amtool_refuses_a_broken_configuration(tmp_path: Path) -> None:
@@ -181,12 +198,15 @@ def test_amtool_refuses_a_broken_configuration(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-@pytest.mark.parametrize("rule", [r["alert"] for r in rules()])
-def test_each_alert_reaches_the_receiver_of_its_severity(name: str, rule: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("rid", [rule_id(r) for r in rules()])
+def test_each_alert_reaches_the_receiver_of_its_severity(name: str, rid: str, tmp_path: Path) -> None:
     _, prefix, extra = CONFIGS[name]
     config = written(name, tmp_path)
-    severity = next(r["labels"]["severity"] for r in rules() if r["alert"] == rule)
-    labels = {"alertname": rule, "severity": severity, "job": "vllm-rocm-health", "instance": "10.1.2.3:9400", **extra}
+    own = static_labels(rid)
+    rule, severity = own["alertname"], own["severity"]
+    labels = {**own, "job": "vllm-rocm-health", "instance": "10.1.2.3:9400", **extra}
+    if rule == "VllmDeploymentNoReadyPod":  # aggregated by (namespace, job, release): no instance
+        labels = {**own, "job": "vllm-rocm-health", "release": "llama", **extra}
     if rule == "VllmHealthSidecarAbsent":  # absent(up{...}) has no target: no job, no instance, no namespace
         labels = {"alertname": rule, "severity": severity}
         if name == "chart":
@@ -210,13 +230,52 @@ def test_other_alerts(name: str, tmp_path: Path) -> None:
         assert routed(config, {"alertname": "KubePodCrashLooping", "severity": "critical", **extra}) == "null"
 
 
+def _inhibitions(config: dict[str, Any]) -> set[tuple[frozenset[str], frozenset[str], tuple[str, ...]]]:
+    """The inhibit rules as comparable sets of matchers (the namespace matcher the operator adds dropped)."""
+    ns = f'namespace="{NAMESPACE}"'
+    return {
+        (
+            frozenset(m for m in r["source_matchers"] if m != ns),
+            frozenset(m for m in r["target_matchers"] if m != ns),
+            tuple(r["equal"]),
+        )
+        for r in config["inhibit_rules"]
+    }
+
+
+def test_both_configurations_inhibit_alike() -> None:
+    assert _inhibitions(CONFIGS["docker"][0]()) == _inhibitions(chart_config())
+
+
+def test_held_out_inhibitions_pair_a_reason_with_alerts_at_least_as_loud() -> None:
+    """A VllmPodHeldOut of a reason is muted only by alerts that report that same cause on the same pod, never by a
+    quieter one (a critical hold muted by a warning would page nobody), and only for a reason the sidecar has."""
+    loud = {"warning": 0, "critical": 1}
+    severity = {r["alert"]: r["labels"]["severity"] for r in rules() if r["alert"] != "VllmPodHeldOut"}
+    muted = []
+    for source, target, equal in _inhibitions(CONFIGS["docker"][0]()):
+        if 'alertname="VllmPodHeldOut"' not in target:
+            continue
+        [reason] = [m.split('"')[1] for m in target if m.startswith("reason=")]
+        [names] = [m.split('"')[1] for m in source if m.startswith("alertname")]
+        assert reason in REASONS and equal == ("instance",), (source, target)
+        for name in names.split("|"):
+            assert loud[severity[name]] >= loud[REASONS[reason].severity], (name, reason)
+        muted.append(reason)
+    assert len(muted) == len(set(muted)) >= 6, muted
+
+
 # -- inhibition, on the real Alertmanager ----------------------------------------------------------------------
 def _alert(name: str, instance: str, extra: dict[str, str], ends: datetime | None = None) -> dict[str, Any]:
-    severity = next(r["labels"]["severity"] for r in rules() if r["alert"] == name)
+    """`name` is a rule id: VllmPodHeldOut/<reason> for a held-out pod."""
+    own = static_labels(name)
     now = datetime.now(timezone.utc)
     return {
-        "labels": {"alertname": name, "severity": severity, "job": "vllm-rocm-health", "instance": instance, **extra},
-        "annotations": {"summary": f"{name} on {instance}", "runbook_url": f"runbook.md#{name.lower()}"},
+        "labels": {**own, "job": "vllm-rocm-health", "instance": instance, **extra},
+        "annotations": {
+            "summary": f"{name} on {instance}",
+            "runbook_url": f"runbook.md#{own.get('reason', own['alertname']).lower()}",
+        },
         "startsAt": (now - timedelta(seconds=1)).isoformat(),
         "endsAt": (ends or now + timedelta(hours=1)).isoformat(),
         "generatorURL": "http://prometheus.test/graph",
@@ -224,7 +283,8 @@ def _alert(name: str, instance: str, extra: dict[str, str], ends: datetime | Non
 
 
 def _key(labels: dict[str, str]) -> tuple[str, str]:
-    return labels["alertname"], labels["instance"]
+    reason = f"/{labels['reason']}" if "reason" in labels else ""
+    return labels["alertname"] + reason, labels["instance"]
 
 
 def _wait(predicate, timeout: float, what: str) -> float:
@@ -245,25 +305,43 @@ def test_inhibition_on_the_real_alertmanager(name: str, tmp_path: Path) -> None:
     am = AlertmanagerServer(tmp_path / "am", free_port(), local_config(make(), receiver.url, timing="1s"))
     try:
         am.start(timeout=120)
-        # Sidecar of a is down; b only has a stale canary; c's canary fails (wrong answers), so it is stale too.
-        # The sources go first: an alert's first notification may leave as soon as it arrives, and Alertmanager
-        # mutes only by the alerts it already holds.
+        # Sidecar of a is down; b only has a stale canary; c's canary fails (wrong answers), so it is stale too;
+        # d's canary fails and d is held out for it (canary_failing); e is held out by a mode mismatch and flaps;
+        # f is held out by a canary that only errors (no failure alert says so). The sources go first: an alert's
+        # first notification may leave as soon as it arrives, and Alertmanager mutes only by the alerts it holds.
         symptoms_a = [
             "VllmCanaryStale",
             "VllmCanaryFingerprintDrift",
             "VllmHealthSidecarWorkerDown",
             "VllmCudagraphCaptureFailed",
             "VllmKnownIssueActive",
+            "VllmPodHeldOut/mode_mismatch",
         ]
-        sources = [_alert(SIDECAR_DOWN, "a:9400", extra), _alert("VllmCanaryFingerprintDrift", "c:9400", extra)]
+        drift, held_e = "VllmCanaryFingerprintDrift", "VllmPodHeldOut/mode_mismatch"
+        sources = [
+            _alert(SIDECAR_DOWN, "a:9400", extra),
+            _alert(drift, "c:9400", extra),
+            _alert(drift, "d:9400", extra),
+            _alert(held_e, "e:9400", extra),
+        ]
         sent = [
             *sources,
             *(_alert(n, "a:9400", extra) for n in symptoms_a),
             _alert("VllmCanaryStale", "b:9400", extra),
             _alert("VllmCanaryStale", "c:9400", extra),
+            _alert("VllmPodHeldOut/canary_failing", "d:9400", extra),
+            _alert("VllmPodFlapping", "e:9400", extra),
+            _alert("VllmPodHeldOut/canary_failing", "f:9400", extra),
             _alert("VllmHealthSidecarAbsent", "(none)", extra),
+            _alert("VllmDeploymentNoReadyPod", "(none)", extra),
         ]
-        inhibited = {("VllmCanaryStale", "c:9400"), *((n, "a:9400") for n in symptoms_a)}
+        # muted alert -> the alert that mutes it
+        inhibited = {
+            ("VllmCanaryStale", "c:9400"): (drift, "c:9400"),
+            ("VllmPodHeldOut/canary_failing", "d:9400"): (drift, "d:9400"),
+            ("VllmPodFlapping", "e:9400"): (held_e, "e:9400"),
+            **{(n, "a:9400"): (SIDECAR_DOWN, "a:9400") for n in symptoms_a},
+        }
         am.post_alerts(sources)
         _wait(lambda: len(am.alerts()) == len(sources), 60, "Alertmanager to take the inhibiting alerts")
         am.post_alerts(sent[len(sources) :])
@@ -283,8 +361,7 @@ def test_inhibition_on_the_real_alertmanager(name: str, tmp_path: Path) -> None:
         for key, alert in held.items():
             if key in inhibited:
                 assert alert["status"]["state"] == "suppressed", (key, alert["status"])
-                source = (SIDECAR_DOWN, "a:9400") if key[1] == "a:9400" else ("VllmCanaryFingerprintDrift", "c:9400")
-                assert alert["status"]["inhibitedBy"] == [fingerprint[source]], (key, alert["status"])
+                assert alert["status"]["inhibitedBy"] == [fingerprint[inhibited[key]]], (key, alert["status"])
             else:
                 assert alert["status"]["state"] == "active" and not alert["status"]["inhibitedBy"], (key, alert)
 
@@ -298,16 +375,16 @@ def test_inhibition_on_the_real_alertmanager(name: str, tmp_path: Path) -> None:
                         out[_key(a["labels"])] = {**a, "receiver": payload["receiver"]}
             return out
 
-        expected = set(held) - inhibited
+        expected = set(held) - set(inhibited)
         took = _wait(lambda: expected <= set(firing()), 120, f"notifications for {sorted(expected)}")
         # Inhibited groups were due at the same time as these: twice the measured latency more proves nothing came.
         time.sleep(took + 2)
         got = firing()
-        assert set(got) == expected, f"inhibited alerts were notified: {sorted(set(got) & inhibited)}"
+        assert set(got) == expected, f"inhibited alerts were notified: {sorted(set(got) & set(inhibited))}"
         for key, alert in got.items():
             sev = alert["labels"]["severity"]
             assert alert["receiver"] == f"{prefix}vllm-rocm-{sev}", (key, alert["receiver"])
-            assert alert["annotations"]["runbook_url"].endswith(key[0].lower())
+            assert alert["annotations"]["runbook_url"].endswith(key[0].split("/")[-1].lower())
             assert all(alert["labels"][k] == v for k, v in extra.items())
 
         # The sidecar of a is back (Prometheus sends the alert with endsAt now): a's symptoms are no longer muted by

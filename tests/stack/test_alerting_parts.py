@@ -1,6 +1,7 @@
 """The alerting parts of `make run` without a vLLM: the routing it gives Alertmanager (checked by the real amtool), the
-rules copy of --alert-for (checked by promtool), the webhook receiver over real HTTP, settings refused before anything
-starts, and a start that fails at Alertmanager stopping what it had started."""
+rules copy of --alert-for and --hold-for (checked by promtool, and the shortened held-out alert run by promtool at the
+stack's 2 s evaluation), the webhook receiver over real HTTP, settings refused before anything starts, and a start
+that fails at Alertmanager stopping what it had started."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from vllm_rocm_stack.alertmanager import (
 )
 from vllm_rocm_stack.config import StackConfig
 from vllm_rocm_stack.prometheus import rules_with_for
-from vllm_rocm_stack.stack import ALERT_RULES, Stack
+from vllm_rocm_stack.readiness_alerts import GROUP
+from vllm_rocm_stack.stack import ALERT_RULES, Stack, local_rules
 
 from tests.support.sidecar import free_port
 
@@ -80,6 +82,74 @@ def test_alert_for_copy_changes_only_the_for(tmp_path: Path) -> None:
             assert {k: v for k, v in r_short.items() if k != "for"} == {k: v for k, v in r_ship.items() if k != "for"}
 
 
+def test_stack_rules_copy_shortens_only_what_it_is_asked(tmp_path: Path) -> None:
+    """--alert-for sets the `for:` of every rule but the readiness ones (a start holds every pod out for a while:
+    shortened, they would fire at each start); --hold-for regenerates just the named reasons' rules with that hold."""
+    copy = local_rules(tmp_path / "rules.yaml", alert_for="3s", hold_for="health_failing=6s")
+    res = subprocess.run([need("promtool"), "check", "rules", str(copy)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    shipped, short = (yaml.safe_load(p.read_text())["groups"] for p in (ALERT_RULES, copy))
+    assert [g["name"] for g in short] == [g["name"] for g in shipped]
+    for g_ship, g_short in zip(shipped, short, strict=True):
+        for r_ship, r_short in zip(g_ship["rules"], g_short["rules"], strict=True):
+            if g_ship["name"] != GROUP:
+                assert r_short == {**r_ship, "for": "3s"}
+            elif r_ship["labels"].get("reason") == "health_failing":
+                assert (r_short["for"], r_short["keep_firing_for"]) == ("6s", "6s")
+                assert "[6s]" in r_short["expr"] and "offset 6s" in r_short["expr"]
+                assert r_short["labels"] == r_ship["labels"]
+            else:
+                assert r_short == r_ship
+    # Neither flag: the rules as shipped.
+    assert local_rules(tmp_path / "same.yaml").read_text() == ALERT_RULES.read_text()
+
+
+def test_shortened_hold_fires_and_resolves_at_the_stacks_pace(tmp_path: Path) -> None:
+    """What the `make run` test relies on, with promtool at the stack's 2 s scrape and evaluation: /health fails for
+    20 s on a pod Ready before; VllmPodHeldOut(health_failing) fires within the hold + its `for:` and resolves within
+    its keep_firing_for of the reason clearing (here to canary_pending, as after a /health outage)."""
+    copy = local_rules(tmp_path / "rules.yaml", hold_for="health_failing=6s")
+    sel = 'job="vllm-rocm-health", instance="s:9400"'
+    labels = {"severity": "warning", "reason": "health_failing", "job": "vllm-rocm-health", "instance": "s:9400"}
+    [rule] = [
+        r
+        for g in yaml.safe_load(copy.read_text())["groups"]
+        for r in g["rules"]
+        if r["labels"].get("reason") == "health_failing"
+    ]
+    annotations = {
+        "summary": "s:9400 not Ready for more than 6s, held out by health_failing",
+        "description": rule["annotations"]["description"],
+        "runbook_url": "charts/vllm-rocm/docs/runbook.md#health_failing",
+    }
+    series = [  # a sample every 2 s: Ready until 18 s, /health failing 20-38 s, canary_pending 40-46 s, Ready from 48 s
+        {"series": f"vllm_sidecar_ready{{{sel}}}", "values": "1x9 0x13 1x10"},
+        {"series": f'vllm_sidecar_not_ready_reason{{{sel}, reason="health_failing"}}', "values": "0x9 1x9 0x14"},
+        {"series": f'vllm_sidecar_not_ready_reason{{{sel}, reason="canary_pending"}}', "values": "0x19 1x3 0x10"},
+    ]
+
+    def at(seconds: int, firing: bool) -> dict:
+        exp = [{"exp_labels": labels, "exp_annotations": annotations}] if firing else []
+        return {"eval_time": f"{seconds}s", "alertname": "VllmPodHeldOut", "exp_alerts": exp}
+
+    test = {
+        "rule_files": [str(copy)],
+        "evaluation_interval": "2s",
+        "tests": [
+            {
+                "interval": "2s",
+                "input_series": series,
+                # the window is all not-Ready from 26 s, +6 s `for:`; last true at 38 s, +6 s keep_firing_for
+                "alert_rule_test": [at(30, False), at(32, True), at(44, True), at(46, False), at(60, False)],
+            }
+        ],
+    }
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(test))
+    res = subprocess.run([need("promtool"), "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_webhook_receiver_appends_each_notification(tmp_path: Path) -> None:
     lines: list[str] = []
     out = tmp_path / "notifications.jsonl"
@@ -92,6 +162,10 @@ def test_webhook_receiver_appends_each_notification(tmp_path: Path) -> None:
             "alerts": [
                 {"status": "firing", "labels": {"alertname": "VllmCanaryFingerprintDrift", "instance": "a:9400"}},
                 {"status": "resolved", "labels": {"alertname": "VllmHealthSidecarAbsent"}},
+                {
+                    "status": "firing",
+                    "labels": {"alertname": "VllmPodHeldOut", "reason": "health_failing", "instance": "b:9400"},
+                },
             ],
         }
         assert post(receiver.url + "/vllm-rocm-critical", json.dumps(payload).encode()) == 200
@@ -100,7 +174,7 @@ def test_webhook_receiver_appends_each_notification(tmp_path: Path) -> None:
         assert notifications(out) == [payload] and len(out.read_text().splitlines()) == 1
         assert lines == [
             "notification to vllm-rocm-critical: VllmCanaryFingerprintDrift firing on a:9400; "
-            "VllmHealthSidecarAbsent resolved on (no instance)"
+            "VllmHealthSidecarAbsent resolved on (no instance); VllmPodHeldOut(health_failing) firing on b:9400"
         ]
         with urllib.request.urlopen(receiver.url + "/", timeout=10) as r:
             assert r.status == 200 and str(out) in r.read().decode()
@@ -127,6 +201,9 @@ def test_alertmanager_refusing_its_config_is_an_error_not_a_hang(tmp_path: Path)
         (["--alert-for", "soon"], "not a positive duration"),
         (["--sidecar-vllm-url", "127.0.0.1:8000"], "not an http(s) URL"),
         (["--alertmanager-port", "9400"], "two services on one port"),
+        (["--hold-for", "health_failing"], "--hold-for"),
+        (["--hold-for", "no_such_reason=5s"], "REASON=DURATION"),
+        (["--hold-for", "health_failing=soon"], "REASON=DURATION"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_starts(args: list[str], message: str, tmp_path: Path) -> None:

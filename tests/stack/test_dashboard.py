@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from vllm_rocm_stack import dashboard
 from vllm_rocm_stack.grafana import write_provisioning
@@ -83,6 +85,7 @@ def test_panels_cover_what_the_operator_asked_for() -> None:
     titles = [p["title"] for p in board["panels"]]
     for needed in (
         "Readiness per pod, with its reason",
+        "Pods ready and held out, by reason",
         "Sidecar workers",
         "Known issues that apply",
         "Canary score vs threshold",
@@ -102,6 +105,44 @@ def test_panels_cover_what_the_operator_asked_for() -> None:
     for p in board["panels"]:
         if p["type"] != "row":
             assert p["datasource"]["uid"] == "${datasource}" and p.get("description"), p["title"]
+
+
+def test_held_out_panel_counts_pods_by_reason(tmp_path: Path) -> None:
+    """The panel's query as Grafana sends it, evaluated by promtool: Ready pods count under `ready`, held-out ones under
+    their reason (every reason series of every pod is exported, 0 but the one in force)."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool not on PATH: `make setup` installs it (Debian package prometheus)")
+    [q] = [q for q in dashboard.panel_queries(checked_in()) if q.panel == "Pods ready and held out, by reason"]
+    pods = {"a": "", "b": "capture_pending", "c": "capture_pending", "d": "mode_mismatch"}
+    series = []
+    for pod, held in pods.items():
+        sel = f'job="vllm-rocm-health", instance="{pod}:9400"'
+        series.append({"series": f"vllm_sidecar_ready{{{sel}}}", "values": "0" if held else "1"})
+        for reason in ("capture_pending", "mode_mismatch", "canary_failing"):
+            value = "1" if reason == held else "0"
+            series.append({"series": f'vllm_sidecar_not_ready_reason{{{sel}, reason="{reason}"}}', "values": value})
+    expected = [
+        {"labels": '{reason="capture_pending"}', "value": 2},
+        {"labels": '{reason="mode_mismatch"}', "value": 1},
+        {"labels": '{reason="ready"}', "value": 1},
+    ]
+    test = {
+        "rule_files": [],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": dashboard.for_prometheus(q.expr), "eval_time": "0m", "exp_samples": expected}
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "panel.test.yaml"
+    path.write_text(yaml.safe_dump(test))
+    res = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_gpu_only_panels_are_marked() -> None:

@@ -4,6 +4,10 @@ readiness, metrics in Prometheus, no alert firing or pending at any time of a he
 and every panel of the Grafana dashboard evaluated against this Prometheus; then an alert's whole life: the sidecar's
 server (behind a proxy) turns into one that answers wrong tokens, the canary alert fires in Prometheus and its
 notification reaches the receiver's notifications.jsonl, the good server comes back and the resolution arrives too.
+Then a pod held out of the Service: the proxy answers vLLM's /health with 503, the sidecar holds the pod out
+(health_failing), VllmPodHeldOut fires for that reason after its hold (shortened by --hold-for, nothing else is) and
+reaches the warning receiver, the dashboard's held-out panel shows it, /health answers again, the pod is Ready and the
+resolution arrives; the pod having gone in and out twice, VllmPodFlapping goes pending.
 Finally stopped with Ctrl-C (SIGINT) and checked to leave nothing behind, Alertmanager and receiver included."""
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ RUNBOOK = Path(__file__).resolve().parents[2] / "charts" / "vllm-rocm" / "docs" 
 CANARY_FAILURES = ("VllmCanaryScoreBelowThreshold", "VllmCanaryFingerprintDrift")
 # --alert-for: one evaluation interval of the stack's Prometheus (2 s): a rule fires on its second true evaluation.
 ALERT_FOR = "2s"
+# --hold-for: the hold of the one reason this test induces. Longer than a /health poll that times out now and then on
+# a busy machine (--health-interval 5 s, --health-timeout 3 s), so that the healthy phases never reach it.
+HOLD = "20s"
 
 
 def notified(path: Path, alertname: str, instance: str, status: str) -> list[tuple[dict, dict]]:
@@ -89,6 +96,8 @@ def notified(path: Path, alertname: str, instance: str, status: str) -> list[tup
     ]
 
 
+# Bounded by its own waits instead: the stack's start (480 s), then some ten waits of a measured canary patience each.
+@pytest.mark.timeout(2400)
 def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canary_timing: CanaryTiming) -> None:
     if not (WORK / "models" / "smollm2-135m-instruct" / "config.json").is_file():
         pytest.skip("model missing: run `make setup-vllm`")
@@ -127,6 +136,8 @@ def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canar
             proxy.url,
             "--alert-for",
             ALERT_FOR,
+            "--hold-for",
+            f"health_failing={HOLD}",
             "--canary-interval",
             str(interval),
             "--status-interval",
@@ -265,6 +276,109 @@ def test_make_run_stack(tmp_path: Path, vllm_perturbed_server: VllmServer, canar
         print(
             f"fire -> notify {fired:.0f} s, resolve -> notify {time.monotonic() - t1:.0f} s "
             f"(canary interval {interval} s, run {canary_timing.run:.1f} s)"
+        )
+
+        # A pod held out of the Service. The sidecar has been Ready again since the canary passed on the good server;
+        # now vLLM's /health answers 503 (through the proxy): the sidecar holds the pod out with health_failing, and
+        # once it has not been Ready for the hold, VllmPodHeldOut fires for that reason and goes to the warning
+        # receiver. Nothing held out has been notified before.
+        sidecar = f"http://127.0.0.1:{ports['sidecar']}"
+        deadline = time.monotonic() + canary_timing.patience
+        while get(sidecar + "/readyz")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert get(sidecar + "/readyz")[0] == 200, "the sidecar is not Ready again after the good server came back"
+        assert not notified(notes, "VllmPodHeldOut", instance, "firing"), notifications(notes)
+
+        def held_out() -> list[dict]:
+            return [
+                a
+                for a in prom(ports["prometheus"], "/api/v1/alerts")["alerts"]
+                if a["labels"]["alertname"] == "VllmPodHeldOut" and a["labels"].get("instance") == instance
+            ]
+
+        t2 = time.monotonic()
+        proxy.fault = "5xx"
+        deadline = time.monotonic() + canary_timing.patience
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"stack exited early:\n{text()[-3000:]}"
+            if any(a["state"] == "firing" for a in held_out()) and notified(
+                notes, "VllmPodHeldOut", instance, "firing"
+            ):
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(
+                f"no firing VllmPodHeldOut in Prometheus ({held_out()}) and in {notes} ({notifications(notes)}) "
+                f"within {canary_timing.patience:.0f} s of /health failing:\n{text()[-3000:]}"
+            )
+        held_fired = time.monotonic() - t2
+        code, body = get(sidecar + "/readyz")
+        assert code == 503 and b"/health is failing" in body, (code, body)  # /readyz gives the message
+        metrics = get(sidecar + "/metrics")[1].decode()
+        assert 'vllm_sidecar_not_ready_reason{reason="health_failing"} 1.0' in metrics, metrics[-3000:]
+        [firing] = [a for a in held_out() if a["state"] == "firing"]
+        assert firing["labels"]["reason"] == "health_failing" and firing["labels"]["severity"] == "warning", firing
+        payload, alert = notified(notes, "VllmPodHeldOut", instance, "firing")[0]
+        assert payload["receiver"] == "vllm-rocm-warning", payload
+        assert alert["labels"]["reason"] == "health_failing" and alert["labels"]["job"] == "vllm-rocm-health", alert
+        assert (
+            alert["annotations"]["summary"] == f"{instance} not Ready for more than {HOLD}, held out by health_failing"
+        )
+        assert alert["annotations"]["runbook_url"] == "charts/vllm-rocm/docs/runbook.md#health_failing"
+        assert "\n### `health_failing`\n" in RUNBOOK.read_text()
+        assert f"notification to vllm-rocm-warning: VllmPodHeldOut(health_failing) firing on {instance}" in text()
+        # The dashboard's panel of held-out pods shows this one under its reason, and no Ready pod.
+        [panel] = [
+            q
+            for q in dashboard.panel_queries(json.loads(dashboard.JSON_PATH.read_text()))
+            if q.panel == "Pods ready and held out, by reason"
+        ]
+        shown = {
+            r["metric"].get("reason"): float(r["value"][1])
+            for r in prom(ports["prometheus"], "/api/v1/query", query=dashboard.for_prometheus(panel.expr))["result"]
+        }
+        assert shown == {"health_failing": 1.0, "ready": 0.0}, shown
+
+        # /health answers again: the outage voided the last canary pass, the canary runs at once on the good server,
+        # the pod is Ready, and the alert resolves (its keep_firing_for is the shortened hold too).
+        proxy.fault = None
+        t3 = time.monotonic()
+        deadline = time.monotonic() + canary_timing.patience
+        while time.monotonic() < deadline and not notified(notes, "VllmPodHeldOut", instance, "resolved"):
+            assert proc.poll() is None, f"stack exited early:\n{text()[-3000:]}"
+            time.sleep(1)
+        resolved = notified(notes, "VllmPodHeldOut", instance, "resolved")
+        assert resolved, f"no resolved VllmPodHeldOut within {canary_timing.patience:.0f} s: {notifications(notes)}"
+        assert (
+            resolved[0][0]["receiver"] == "vllm-rocm-warning" and resolved[0][1]["labels"]["reason"] == "health_failing"
+        )
+        assert f"notification to vllm-rocm-warning: VllmPodHeldOut(health_failing) resolved on {instance}" in text()
+        deadline = time.monotonic() + canary_timing.patience
+        while get(sidecar + "/readyz")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert get(sidecar + "/readyz")[0] == 200, "the sidecar is not Ready again after /health came back"
+        # Only the induced reason was held out long enough to fire; no other held-out or release-wide alert fired.
+        ever = prom(ports["prometheus"], "/api/v1/query", query='max_over_time(ALERTS{alertstate="firing"}[1h])')
+        fired_readiness = {
+            (m["metric"]["alertname"], m["metric"].get("reason", ""))
+            for m in ever["result"]
+            if m["metric"]["alertname"] in ("VllmPodHeldOut", "VllmPodFlapping", "VllmDeploymentNoReadyPod")
+        }
+        assert fired_readiness <= {("VllmPodHeldOut", "health_failing"), ("VllmPodFlapping", "")}, fired_readiness
+        # In and out of the Service twice (the wrong answers, then /health): the fourth change makes it flapping.
+        deadline = time.monotonic() + 60
+        flapping: list[dict] = []
+        while not flapping and time.monotonic() < deadline:
+            flapping = [
+                a
+                for a in prom(ports["prometheus"], "/api/v1/alerts")["alerts"]
+                if a["labels"]["alertname"] == "VllmPodFlapping" and a["labels"].get("instance") == instance
+            ]
+            time.sleep(1)
+        assert flapping, "VllmPodFlapping neither pending nor firing after the pod went in and out twice"
+        print(
+            f"held out -> fired and notified {held_fired:.0f} s (hold {HOLD}), back -> resolved "
+            f"{time.monotonic() - t3:.0f} s"
         )
     finally:
         proc.send_signal(signal.SIGINT)

@@ -15,29 +15,46 @@ from vllm_rocm_known_issues.evaluator import MODES
 from .state import EngineState
 from .workers import WorkerStatus
 
-# Bounded reason codes (the `reason` label of vllm_sidecar_not_ready_reason); the message has the details.
-REASONS = (
-    "worker_down",
-    "engine_failed",
-    "engine_config_unreadable",
-    "engine_config_unseen",
-    "known_issues_unknown",
-    "known_issue",
-    "gpu_arch_unknown",
-    "mode_unknown",
-    "mode_mismatch",
-    "mode_failed_qualification",
-    "mode_not_qualified",
-    "release_not_qualified",
-    "log_source_down",
-    "log_format_unknown",
-    "capture_pending",
-    "health_unknown",
-    "health_failing",
-    "canary_pending",
-    "canary_failing",
-    "canary_stale",
-)
+CRITICAL, WARNING = "critical", "warning"
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The alert on a pod held out of the Service by one reason (VllmPodHeldOut): it fires once the pod has not been
+    Ready for `hold` (a Prometheus duration) and this is the reason now, with this `severity`."""
+
+    severity: str  # CRITICAL or WARNING
+    hold: str
+
+
+# The bounded reason codes (the `reason` label of vllm_sidecar_not_ready_reason; /readyz's message has the details),
+# each with its alert. The alert rules and the runbook's table are generated from this (`make generate`). Critical
+# after 5-10 min: what does not clear by itself and needs a person (the engine is not what the deployment asked for
+# or cannot be checked, answers are wrong, the engine cannot start). Warning after longer: what normally clears by
+# itself (a start, a restart, the canary's next run, a back-off), so only a hold well past a slow cold start is news.
+# A new reason: one line here, a `### `reason`` section in charts/vllm-rocm/docs/runbook.md, then `make generate`.
+REASONS: dict[str, HeldOut] = {
+    "worker_down": HeldOut(WARNING, "15m"),
+    "engine_failed": HeldOut(CRITICAL, "10m"),
+    "engine_config_unreadable": HeldOut(CRITICAL, "5m"),
+    "engine_config_unseen": HeldOut(CRITICAL, "5m"),
+    "known_issues_unknown": HeldOut(CRITICAL, "5m"),
+    "known_issue": HeldOut(CRITICAL, "5m"),
+    "gpu_arch_unknown": HeldOut(CRITICAL, "5m"),
+    "mode_unknown": HeldOut(CRITICAL, "5m"),
+    "mode_mismatch": HeldOut(CRITICAL, "5m"),
+    "mode_failed_qualification": HeldOut(CRITICAL, "5m"),
+    "mode_not_qualified": HeldOut(CRITICAL, "5m"),
+    "release_not_qualified": HeldOut(CRITICAL, "5m"),
+    "log_source_down": HeldOut(WARNING, "15m"),
+    "log_format_unknown": HeldOut(CRITICAL, "5m"),
+    "capture_pending": HeldOut(WARNING, "45m"),
+    "health_unknown": HeldOut(WARNING, "15m"),
+    "health_failing": HeldOut(WARNING, "15m"),
+    "canary_pending": HeldOut(WARNING, "45m"),
+    "canary_failing": HeldOut(CRITICAL, "10m"),
+    "canary_stale": HeldOut(WARNING, "20m"),
+}
 
 
 @dataclass

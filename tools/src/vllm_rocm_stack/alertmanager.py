@@ -48,13 +48,13 @@ def local_config(config: dict[str, Any], receiver_url: str, timing: str = "") ->
 
 
 def summary(payload: dict[str, Any]) -> str:
-    """One line for a webhook notification: receiver, then each alert's name, status and instance."""
-    alerts = payload.get("alerts") or []
-    parts = [
-        f"{a.get('labels', {}).get('alertname', '?')} {a.get('status', '?')} on "
-        f"{a.get('labels', {}).get('instance', '(no instance)')}"
-        for a in alerts
-    ]
+    """One line for a webhook notification: receiver, then each alert's name (with its readiness reason, for
+    VllmPodHeldOut), status and instance."""
+    parts = []
+    for a in payload.get("alerts") or []:
+        labels = a.get("labels", {})
+        name = labels.get("alertname", "?") + (f"({labels['reason']})" if "reason" in labels else "")
+        parts.append(f"{name} {a.get('status', '?')} on {labels.get('instance', '(no instance)')}")
     return f"notification to {payload.get('receiver', '?')}: " + ("; ".join(parts) or "(no alerts)")
 
 

@@ -60,6 +60,14 @@ class StackConfig:
             "resolution reach the receiver in seconds; empty = the rules and routing as shipped"
         },
     )
+    hold_for: str = field(
+        default="",
+        metadata={
+            "help": "for tests and demos: REASON=DURATION[,REASON=DURATION...] sets the hold of those readiness "
+            "reasons' VllmPodHeldOut alerts (e.g. health_failing=10s; their `for:` and `keep_firing_for:` too), in the "
+            "copy of the rules in WORKDIR; --alert-for leaves the readiness alerts as shipped. Empty = as shipped"
+        },
+    )
     sidecar_vllm_url: str = field(
         default="",
         metadata={
@@ -87,6 +95,13 @@ class StackConfig:
         out = []
         if self.alert_for and (not DURATION.match(self.alert_for) or not re.search(r"[1-9]", self.alert_for)):
             out.append(f"--alert-for {self.alert_for!r}: not a positive duration such as 10s or 1m30s")
+        if self.hold_for:
+            from .readiness_alerts import parse_holds  # the sidecar's reasons: not on the --help path
+
+            try:
+                parse_holds(self.hold_for)
+            except ValueError as e:
+                out.append(f"--hold-for: {e}")
         if self.sidecar_vllm_url and not re.match(r"^https?://[^/\s]+", self.sidecar_vllm_url):
             out.append(f"--sidecar-vllm-url {self.sidecar_vllm_url!r}: not an http(s) URL")
         ports = {

@@ -24,6 +24,7 @@ from typing import Any
 # file provisioning and kube-prometheus-stack's dashboard sidecar load, so that is what is built here.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    from grafana_foundation_sdk.builders import common as gc
     from grafana_foundation_sdk.builders import dashboard as gd
     from grafana_foundation_sdk.builders import prometheus as gp
     from grafana_foundation_sdk.builders import stat, statetimeline, table, timeseries
@@ -72,6 +73,11 @@ class PanelSpec:
     min: float | None = None
     max: float | None = None
     mappings: list[tuple[str, str, str]] = field(default_factory=list)  # (value, text, color)
+    stacked: bool = False
+    # 0: the next id in order. A panel added later takes a fixed id past the others, so that the ids of the panels
+    # before it, and the links to them (viewPanel=N), do not move.
+    id: int = 0
+    colors: list[tuple[str, str]] = field(default_factory=list)  # (series name, fixed color)
 
 
 def _q(expr: str, legend: str = "", **kw: bool) -> Query:
@@ -98,12 +104,28 @@ ROWS: list[tuple[str, list[PanelSpec]]] = [
                     )
                 ],
                 "Each sidecar's /readyz now: ready, or the first readiness rule it does not meet "
-                "(vllm_sidecar_not_ready_reason: worker_down, engine_failed, log_source_down, capture_pending, "
-                "health_unknown, health_failing, canary_pending, canary_failing, canary_stale; /readyz has "
-                "the details). "
+                "(vllm_sidecar_not_ready_reason; the runbook has a section per reason, /readyz the details). "
                 "A pod that is not ready is out of the Service.",
                 width=10,
                 mappings=[("ready", "ready", "green")],
+            ),
+            PanelSpec(
+                "Pods ready and held out, by reason",
+                "timeseries",
+                [
+                    _q(
+                        f"sum by (reason) (vllm_sidecar_not_ready_reason{{{SIDECAR}}} == 1) "
+                        f'or label_replace(sum(vllm_sidecar_ready{{{SIDECAR}}}), "reason", "ready", "", "")',
+                        "{{reason}}",
+                    )
+                ],
+                "How many pods are Ready, and how many the sidecar holds out of the Service for each reason "
+                "(stacked: the total is every pod scraped). VllmPodHeldOut fires for a pod held out longer than its "
+                "reason's hold (the runbook's table), VllmDeploymentNoReadyPod when `ready` stays at 0.",
+                stacked=True,
+                colors=[("ready", "green")],
+                width=14,
+                id=28,
             ),
             PanelSpec(
                 "Ready over time",
@@ -111,7 +133,7 @@ ROWS: list[tuple[str, list[PanelSpec]]] = [
                 [_q(f"vllm_sidecar_ready{{{SIDECAR}}}", "{{instance}}")],
                 "1 while /readyz answers 200 (capture finished or eager, vLLM /health answers, a recent "
                 "canary passed).",
-                width=14,
+                width=24,
                 mappings=[("1", "ready", "green"), ("0", "not ready", "red")],
             ),
             PanelSpec(
@@ -461,6 +483,13 @@ def _panel(spec: PanelSpec, panel_id: int) -> Any:  # the SDK's panel builders s
         builder = builder.max(spec.max)
     if spec.mappings:
         builder = builder.mappings(_mappings(spec))
+    if spec.stacked:
+        # StackingMode("normal"), not .NORMAL: mypy types this SDK's StrEnum members as plain str.
+        builder = builder.stacking(gc.StackingConfig().mode(cm.StackingMode("normal"))).fill_opacity(60)
+    for name, color in spec.colors:
+        builder = builder.override_by_name(
+            name, [dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": color})]
+        )
     if spec.kind == "table":
         # Label columns only: hide the sample time, the constant value and the metric name.
         builder = builder.with_transformation(
@@ -516,7 +545,7 @@ def build() -> dict:
     for title, specs in ROWS:
         board = board.with_row(gd.Row(title).id(next(ids)))
         for spec in specs:
-            board = board.with_panel(_panel(spec, next(ids)))
+            board = board.with_panel(_panel(spec, spec.id or next(ids)))
     return json.loads(JSONEncoder(sort_keys=True).encode(board.build()))
 
 

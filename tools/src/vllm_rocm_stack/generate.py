@@ -28,7 +28,7 @@ import yaml
 from vllm_rocm_known_issues.evaluator import load as load_known_issues
 from vllm_rocm_known_issues.evaluator import markdown_table, replace_readme_block
 
-from . import chart_values_table, grafana, health_lock, release_outputs
+from . import chart_values_table, grafana, health_lock, readiness_alerts, release_outputs
 from .config import REPO
 
 FIX = "make generate"
@@ -126,6 +126,7 @@ def chart_known_issues(root: Path) -> bytes:
 # The release registry and what its rows are made of: each release's series, and the known issues a series fixes.
 SERIES = ("releases.json", "patches", KNOWN_ISSUES)
 REGISTRY_FILE = ("releases.json",)
+READINESS = ("health/src/vllm_rocm_health/readiness.py", "tools/src/vllm_rocm_stack/readiness_alerts.py")
 REGISTRY: tuple[Generated, ...] = (
     Generated(
         "docker/docker-bake.hcl",
@@ -138,6 +139,18 @@ REGISTRY: tuple[Generated, ...] = (
         ("tools/src/vllm_rocm_stack/dashboard.py",),
         "vllm_rocm_stack.dashboard.render",
         dashboard_json,
+    ),
+    Generated(
+        str(readiness_alerts.RULES),
+        READINESS,
+        "vllm_rocm_stack.readiness_alerts.group (the block between the generated-readiness-alerts markers)",
+        readiness_alerts.rules_file,
+    ),
+    Generated(
+        str(readiness_alerts.RUNBOOK),
+        READINESS,
+        "vllm_rocm_stack.readiness_alerts.table (the block between the HELD-OUT markers)",
+        readiness_alerts.runbook,
     ),
     Generated(
         "docker/grafana/provisioning/datasources/prometheus.yaml",

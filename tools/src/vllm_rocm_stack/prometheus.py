@@ -34,8 +34,9 @@ def rules_with_for(source: Path, dest: Path, duration: str, alerts: Collection[s
             if "alert" in rule and (not alerts or rule["alert"] in alerts):
                 rule["for"] = duration
     dest.parent.mkdir(parents=True, exist_ok=True)
+    which = "every alerting rule" if not alerts else ", ".join(sorted(set(alerts)))
     dest.write_text(
-        f"# {source} with every `for:` set to {duration} (vllm-rocm-stack run --alert-for)\n"
+        f"# {source} with the `for:` of {which} set to {duration} (for tests and demos)\n"
         + yaml.safe_dump(rules, sort_keys=False, width=1000)
     )
     return dest

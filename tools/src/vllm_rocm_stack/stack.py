@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 from vllm_rocm_qualify.processes import ManagedProcess, wait_until
 
+from . import readiness_alerts
 from .alertmanager import EXAMPLE_CONFIG, AlertmanagerServer, WebhookReceiver, local_config
 from .config import DASHBOARD_JSON, REPO, StackConfig
 from .grafana import write_provisioning
@@ -29,6 +30,23 @@ log = logging.getLogger(__name__)
 
 ALERT_RULES = REPO / "charts" / "vllm-rocm" / "files" / "alerts.rules.yaml"
 SIDECAR_JOB = "vllm-rocm-health"
+
+
+def local_rules(dest: Path, alert_for: str = "", hold_for: str = "") -> Path:
+    """The rules `make run`'s Prometheus loads when --alert-for or --hold-for shortens them: a copy of the shipped file
+    whose readiness group --hold-for regenerated with those holds, and in which --alert-for set the `for:` of every
+    other alerting rule. The readiness alerts are about how long a pod is held out: a short `for:` there would fire on
+    every start, so only --hold-for shortens them, reason by reason."""
+    text = ALERT_RULES.read_text()
+    if hold_for:
+        text = readiness_alerts.with_group(text, readiness_alerts.group(readiness_alerts.parse_holds(hold_for)))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(text)
+    if alert_for:
+        groups = yaml.safe_load(text)["groups"]
+        others = [r["alert"] for g in groups if g["name"] != readiness_alerts.GROUP for r in g["rules"] if "alert" in r]
+        rules_with_for(dest, dest, alert_for, others)
+    return dest
 
 
 def _say(msg: str) -> None:
@@ -97,8 +115,9 @@ class Stack:
             ],
             cfg.workdir / "sidecar.log",
         )
-        # --alert-for: Prometheus loads a copy of the rules with every `for:` shortened (written at start).
-        self.rules = cfg.workdir / "prometheus" / ALERT_RULES.name if cfg.alert_for else ALERT_RULES
+        # --alert-for / --hold-for: Prometheus loads a copy of the rules with those holds shortened (written at start).
+        shorter = cfg.alert_for or cfg.hold_for
+        self.rules = cfg.workdir / "prometheus" / ALERT_RULES.name if shorter else ALERT_RULES
         self.notifications = cfg.workdir / "notifications.jsonl"
         self.receiver: WebhookReceiver | None = None  # listens from start() on
         self.alertmanager = AlertmanagerServer(
@@ -138,9 +157,11 @@ class Stack:
             raise RuntimeError(f"the sidecar did not start:\n{self.sidecar.log_tail()}")
         self._start_alerting()
         rules = str(ALERT_RULES.relative_to(REPO))
-        if self.cfg.alert_for:
-            rules_with_for(ALERT_RULES, self.rules, self.cfg.alert_for)
-            rules += f" (every `for:` set to {self.cfg.alert_for} by --alert-for, in {self.rules})"
+        if self.cfg.alert_for or self.cfg.hold_for:
+            local_rules(self.rules, self.cfg.alert_for, self.cfg.hold_for)
+            changes = [f"`for:` {self.cfg.alert_for} (--alert-for)"] if self.cfg.alert_for else []
+            changes += [f"holds {self.cfg.hold_for} (--hold-for)"] if self.cfg.hold_for else []
+            rules += f" ({', '.join(changes)}, in {self.rules})"
         _say(f"starting Prometheus on {self.prometheus.url} with {rules}, sending alerts to Alertmanager")
         self.prometheus.start()
         self.grafana_provisioning = write_provisioning(self.cfg.workdir / "grafana", self.prometheus.url)
@@ -226,7 +247,8 @@ class Stack:
                     out[key] = float(res[0]["value"][1])
             out["targets"] = self.prometheus.targets_health()
             for a in self.prometheus.alerts():
-                out.setdefault(a["state"], []).append(a["labels"]["alertname"])
+                name, reason = a["labels"]["alertname"], a["labels"].get("reason")
+                out.setdefault(a["state"], []).append(f"{name}({reason})" if reason else name)
         except (urllib.error.URLError, OSError, RuntimeError, KeyError, ValueError) as e:
             out["prometheus_error"] = str(e)
         return out
@@ -266,7 +288,10 @@ class Stack:
         lines = ["", "The stack is running. Where to look:"]
         for what, url, note in self.links():
             lines.append(f"  {what:<19} {url or '(not answering)'}" + (f"   ({note})" if note else ""))
-        shortened = f"; every rule's `for:` is {c.alert_for} (--alert-for)" if c.alert_for else ""
+        shortened = (
+            f"; every rule's `for:` but the readiness ones is {c.alert_for} (--alert-for)" if c.alert_for else ""
+        )
+        shortened += f"; readiness holds {c.hold_for} (--hold-for)" if c.hold_for else ""
         lines += [
             f"  {'notifications':<19} {self.notifications}   (one JSON line per notification, each also printed "
             f"here; routing: {EXAMPLE_CONFIG.relative_to(REPO)}{shortened})",
