@@ -149,8 +149,11 @@ def test_a_connection_flood_costs_nothing_and_probes_still_answer(flood_sidecar:
             for slow in (early, late):
                 all_closed = slow.all_closed
                 assert sc.wait_for(all_closed, http_server.HEAD_TIMEOUT + 30), f"{slow.closed_at} of {len(slow.socks)}"
+            # None outlives the head deadline. (Some may go sooner: a flood connection whose handshake the full
+            # accept queue held back reaches the sidecar seconds later, newer than these, and over the cap the oldest
+            # waiting are evicted, which is the rule. The deadline's own timing is pinned in process below.)
             took = [t - late.started for t in late.closed_at.values()]
-            assert http_server.HEAD_TIMEOUT - 1 <= min(took) and max(took) < http_server.HEAD_TIMEOUT + 30, took
+            assert max(took) < http_server.HEAD_TIMEOUT + 30, took
             samples.append(proc_status(sc.proc.pid))
         finally:
             for group in (early, late):

@@ -136,3 +136,11 @@ fetch_crds github.com/kedacore/keda/v2 "$KEDA_VERSION" "$KEDA_SUM" keda config/c
 # 4. The system images (pause, coredns) as OCI archives.
 tools/kube/images.sh
 say "Kubernetes $KUBE_BUILD_VERSION binaries, CoreDNS $COREDNS_VERSION, images and CRDs ready ($OUT)"
+
+# 5. A run that builds once and is thrown away (CI on a fresh clone: .ci/run sets this) drops the Go caches now:
+#    6 GB that only a rebuild would read, and a fresh run's disk peaks later (images, the node's containerd).
+if [ "${VLLM_ROCM_TRIM_CACHES:-0}" = 1 ] && [ -d "$GO_CACHE" ]; then
+  freed=$(du -sh "$GO_CACHE" | cut -f1)
+  rm -rf "$GO_CACHE"
+  say "VLLM_ROCM_TRIM_CACHES=1: removed the Go caches ($freed, $GO_CACHE)"
+fi

@@ -27,7 +27,7 @@ from vllm_rocm_stack.proxy import SwitchableProxy
 from tests.support.canary import CFG
 from tests.support.vllm_server import VllmServer
 
-pytestmark = pytest.mark.live
+pytestmark = pytest.mark.integration
 
 
 def vllm_counter(url: str, name: str) -> float:
