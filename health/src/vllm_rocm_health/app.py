@@ -295,12 +295,13 @@ class Sidecar:
     def next_canary_period(self, result: CanaryResult) -> float:
         """Seconds from this run's start to the next one's. Start to start: the load stays at one run per interval
         however long a run takes, and wrong answers show within an interval plus one run. A slow server (timeout,
-        429/503) gets 2x, 4x, ... the interval, up to max_backoff_intervals: a canary must never pile load onto
-        a server that is already behind. Other errors (a server restarting) are looked at again soon."""
+        429/503) is asked again after one interval, then 2x, 4x, ... up to max_backoff_intervals: a canary must
+        never pile load onto a server that stays behind, and one load spike must not keep the pod out for more
+        than an interval after it ends. Other errors (a server restarting) are looked at again soon."""
         interval = self.cfg.canary.interval
         if result.outcome == "error" and result.server_slow:
             self._slow_runs += 1
-            return min(interval * 2**self._slow_runs, interval * self.cfg.canary.max_backoff_intervals)
+            return min(interval * 2 ** (self._slow_runs - 1), interval * self.cfg.canary.max_backoff_intervals)
         self._slow_runs = 0
         return min(interval, 10.0) if result.outcome == "error" else interval
 
