@@ -39,12 +39,11 @@ setup-vllm: setup-base ## Install the real vLLM CPU build and build the offline 
 run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules + Alertmanager -> local receiver
 	@$(if $(call wants_help,$(RUN_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
-# The Kubernetes build (CPU) and the vLLM CPU venv (mostly downloads) run side by side: on a fresh machine they are the
-# two longest steps of the setup, and they share nothing.
-test: ## Set up (the Kubernetes build beside the vLLM CPU venv) and run every test (after `make check`)
-	@$(MAKE) --no-print-directory -j2 setup-kube setup-vllm
-	@$(MAKE) --no-print-directory check
-	@PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.testrun $(PYTEST_ARGS)
+# The Kubernetes build (CPU-bound, the longest setup step on a fresh machine) runs in the background from the start;
+# the vLLM CPU venv (mostly downloads) beside it; then the system tier and the rest as two pytest sessions side by side,
+# the cluster tests waiting for the build if it still runs (tools/src/vllm_rocm_stack/testrun.py).
+test: check ## Set up and run every test: the Kubernetes build in the background, two pytest sessions side by side (after `make check`)
+	@PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.testrun -- $(PYTEST_ARGS)
 
 # The unit tier on every core (pytest-xdist), whole files per worker so that a module's fixtures are made once:
 # 2.7 min on the 2-core machine, 4.5 min serially. `PYTEST_ARGS=-n0` runs it in one process (e.g. for --pdb).

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from vllm_rocm_stack.config import pinned_versions
 
-from tests.support.kube import ETCD, KUBE, KUBE_BIN, Process
+from tests.support.kube import ETCD, KUBE, KUBE_BIN, Process, wait_for_build
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,9 @@ START_TIMEOUT = 180.0
 
 
 def missing() -> list[str]:
-    """What the node needs and this machine lacks, each with the command that provides it."""
+    """What the node needs and this machine lacks, each with the command that provides it (after any Kubernetes
+    build in progress has finished)."""
+    wait_for_build()
     out = []
     need: list[tuple[Path, str]] = [
         (KUBE_BIN / b, "run `make setup` (tools/kube/build.sh)")

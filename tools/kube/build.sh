@@ -32,6 +32,12 @@ CRDS=$OUT/crds
 GO_CACHE=${VLLM_ROCM_GO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-rocm/go}
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
+# One build at a time, and the tests that need its output wait while it runs (`make test` starts it beside the
+# test sessions; tests/support/kube.py waits for this lock to be free before it looks for the binaries).
+mkdir -p "$OUT"
+exec 9>"$OUT/.build.lock"
+flock 9
+
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'kube build: error: %s\n' "$*" >&2; exit 1; }
 

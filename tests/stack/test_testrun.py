@@ -1,0 +1,122 @@
+"""`make test`'s runner (vllm_rocm_stack.testrun) with stand-in setup scripts and a tiny test tree: the Kubernetes build
+runs in the background holding its lock while the tests run, the cluster tests' wait (tests/support/kube.py) waits
+for exactly that lock, any failing part fails the run, and a failed setup stops what was started."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from vllm_rocm_stack import testrun
+
+from tests.support import kube
+
+CONFIG = str(testrun.REPO / "pyproject.toml")  # the tiny trees live outside the checkout; its settings still apply
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    work = tmp_path / "work"
+    lock = work / "kube" / ".build.lock"
+    monkeypatch.setattr(testrun, "WORK", work)
+    monkeypatch.setattr(testrun, "KUBE_LOCK", lock)
+    monkeypatch.setattr(kube, "BUILD_LOCK", lock)
+    (tmp_path / "tree").mkdir()
+    return tmp_path
+
+
+def script(path: Path, body: str) -> list[str]:
+    path.write_text("set -euo pipefail\n" + textwrap.dedent(body))
+    return ["bash", str(path)]
+
+
+def build_script(fake: Path, seconds: float, rc: int = 0) -> list[str]:
+    """Takes the lock as tools/kube/build.sh does, works `seconds`, writes its pid, exits rc."""
+    lock = fake / "work" / "kube" / ".build.lock"
+    return script(
+        fake / "build.sh",
+        f"""
+        mkdir -p {lock.parent}
+        exec 9>{lock}
+        flock 9
+        echo $$ > {fake}/build.pid
+        sleep {seconds}
+        echo built > {fake}/built
+        exit {rc}
+        """,
+    )
+
+
+def tree(fake: Path, test_body: str) -> str:
+    path = fake / "tree" / "test_tiny.py"
+    path.write_text(textwrap.dedent(test_body))
+    return str(path)
+
+
+def test_the_tests_wait_for_the_build_they_run_beside(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 3))
+    monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "echo venv ready\n"))
+    # The test runs while the build holds the lock; kube.wait_for_build returns only after the build wrote its output.
+    test = tree(
+        fake,
+        f"""
+        from pathlib import Path
+        from tests.support import kube
+        kube.BUILD_LOCK = Path({str(fake / "work" / "kube" / ".build.lock")!r})
+
+        def test_waits():
+            assert not Path({str(fake / "built")!r}).exists()
+            kube.wait_for_build(60)
+            assert Path({str(fake / "built")!r}).read_text() == "built\\n"
+        """,
+    )
+    assert testrun.run([test, "-q", "-c", CONFIG]) == 0
+    assert "1 passed" in (fake / "work" / "tmp" / "pytest-pytest.log").read_text()
+
+
+def test_a_failing_build_fails_the_run(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0, rc=3))
+    monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "true\n"))
+    test = tree(fake, "def test_ok():\n    pass\n")
+    assert testrun.run([test, "-q", "-c", CONFIG]) == 1
+
+
+def test_a_failing_test_fails_the_run(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0))
+    monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "true\n"))
+    test = tree(fake, "def test_bad():\n    assert False\n")
+    assert testrun.run([test, "-q", "-c", CONFIG]) == 1
+
+
+def test_a_failed_vllm_setup_stops_the_build(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 600))
+    monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "echo no index >&2; exit 1\n"))
+    test = tree(fake, "def test_ok():\n    pass\n")
+    assert testrun.run([test, "-q", "-c", CONFIG]) == 1
+    pid = int((fake / "build.pid").read_text())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the build (pid {pid}) still runs after the failed setup")
+    assert not (fake / "built").exists()
+    assert not (fake / "work" / "tmp" / "pytest-pytest.log").exists()  # no tests started
+
+
+def test_wait_for_build_times_out_with_a_reason(fake: Path) -> None:
+    import fcntl
+
+    lock = fake / "work" / "kube" / ".build.lock"
+    lock.parent.mkdir(parents=True)
+    with lock.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        with pytest.raises(TimeoutError, match="still runs"):
+            kube.wait_for_build(timeout=0.5)
+    kube.wait_for_build(timeout=0.5)  # released: returns at once
