@@ -69,7 +69,8 @@ def wait_for_build(timeout: float = BUILD_WAIT) -> None:
                     print(f"waiting for the Kubernetes build to finish (tools/kube/build.sh holds {BUILD_LOCK})")
                     said = True
                 if time.monotonic() - t0 > timeout:
-                    raise TimeoutError(f"the Kubernetes build still runs after {timeout:.0f} s ({BUILD_LOCK})")
+                    msg = f"the Kubernetes build still runs after {timeout:.0f} s ({BUILD_LOCK})"
+                    raise TimeoutError(msg) from None
                 time.sleep(2.0)
         fcntl.flock(f, fcntl.LOCK_UN)
         if said:
