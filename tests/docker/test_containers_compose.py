@@ -218,6 +218,10 @@ def test_compose_up_alert_reaches_the_receiver(stack: Stack) -> None:
             stack.url("vllm", ""),
             "--notes",
             "compose test: the good model",
+            # A request of a shape the server has not compiled yet compiles it first: on a loaded machine that can
+            # take as long as the start did (the default 60 s per request timed out once beside the other session).
+            "--timeout",
+            str(max(120.0, 2 * took)),
         ],
         capture_output=True,
         text=True,

@@ -266,6 +266,10 @@ def comparable(report: dict[str, Any]) -> dict[str, Any]:
         # The reason quotes each shape's drift; those of the batch-dependent shapes move (the ALONE shapes' drifts
         # and the canary's are compared below, exactly).
         row["verdict_reason"] = re.sub(r"drift \d+\.\d+", "drift D", row.get("verdict_reason", ""))
+        # Every canary run draws its fresh problems from a seed of its own, which its reason names.
+        row["verdict_reason"] = re.sub(r"run seed \d+", "run seed S", row["verdict_reason"])
+        if isinstance(row.get("canary"), dict) and "reason" in row["canary"]:
+            row["canary"] = {**row["canary"], "reason": re.sub(r"run seed \d+", "run seed S", row["canary"]["reason"])}
         if "agreement" in row:
             row["agreement"] = {
                 shape: a if shape in ALONE else {k: a[k] for k in ("requests", "ok", "disagree", "error")}

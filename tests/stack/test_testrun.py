@@ -24,6 +24,8 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(testrun, "WORK", work)
     monkeypatch.setattr(testrun, "KUBE_LOCK", lock)
     monkeypatch.setattr(kube, "BUILD_LOCK", lock)
+    # Not the checkout's own session directories: this may run inside `make test`, whose sessions use them.
+    monkeypatch.setattr(testrun, "basetemp", lambda name: tmp_path / "basetemp" / name)
     (tmp_path / "tree").mkdir()
     return tmp_path
 

@@ -101,15 +101,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .app import Sidecar
     from .canary.baseline import BaselineError
 
+    # The handlers before the start: a SIGTERM that comes as soon as /healthz answers (a pod deleted while starting,
+    # a test's stop) must still shut down cleanly, not kill the process mid-start.
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
     try:
         sidecar = Sidecar(cfg)
         sidecar.start()
     except (BaselineError, OSError, RuntimeError) as e:
         logging.getLogger("vllm_rocm_health").error("cannot start: %s", e)
         return 1
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
     done.wait()
     sidecar.shutdown()
     # A canary run in flight has request threads of a ThreadPoolExecutor, which the interpreter joins at exit: a

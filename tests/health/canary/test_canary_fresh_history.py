@@ -76,6 +76,40 @@ def test_every_run_asks_fresh_problems_and_salts_every_request(tmp_path: Path) -
     assert None not in answerer.salts and len(set(answerer.salts)) == len(answerer.salts)
 
 
+def test_no_fresh_prompt_repeats_while_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count family has only 729 prompts: random seeds alone repeat one within a few dozen runs (a real CPU run
+    met one in 3). Over more runs than the memory holds, no prompt comes back while remembered, with the seeds made
+    to collide on purpose (every run the same seed)."""
+    runs = runner_mod.ASKED_FRESH_MEMORY // 2 + 50
+    memory: list[str] = []
+    for _ in range(runs):
+        window = set(memory[-runner_mod.ASKED_FRESH_MEMORY :])
+        asked = problems.fresh(7, 2, avoid=window)
+        assert not window & {p.prompt for p in asked}
+        memory += [p.prompt for p in asked]
+    assert len(set(memory[-runner_mod.ASKED_FRESH_MEMORY :])) == runner_mod.ASKED_FRESH_MEMORY
+
+
+def test_the_runner_asks_nothing_again_even_on_the_same_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_mod.secrets, "randbits", lambda _bits: 5)  # every run draws the same seed
+    base = make_baseline(seed=SEED, num_problems=N)
+    path = tmp_path / "b.json"
+    base.save(path)
+    answerer = Recorder(base)
+    cfg = CanaryConfig(baseline=str(path), seed=SEED, num_problems=N, idle_probe_after=0.0, timeout=5.0)
+    runner = CanaryRunner(cfg, "http://injector", CollectorRegistry(), model="m", transport=answerer.transport())
+    known = {p.prompt for p in TODO} | set(runner_mod.fingerprint.REFERENCE_TEXTS)
+    fresh_per_run = []
+    for _ in range(3):
+        before = len(answerer.prompts)
+        assert runner.run_once().outcome == "pass"
+        asked = answerer.prompts[before:]
+        fresh_per_run.append({p for p in asked if p not in known and not p.startswith(problems.LONG_TEXT)})
+    assert all(len(f) == cfg.fresh_problems for f in fresh_per_run), fresh_per_run
+    assert not (fresh_per_run[0] & fresh_per_run[1]) and not (fresh_per_run[1] & fresh_per_run[2]), fresh_per_run
+    assert not fresh_per_run[0] & fresh_per_run[2], fresh_per_run
+
+
 def test_fresh_problems_are_seeded_and_computed() -> None:
     a, b = problems.fresh(11, 20), problems.fresh(11, 20)
     assert a == b and a != problems.fresh(12, 20)
@@ -169,7 +203,7 @@ def test_no_tolerance_no_wrong_fresh_answer() -> None:
 def test_questions_that_cannot_be_built_are_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner, answerer, reg = setup(tmp_path)
 
-    def broken(seed: int, count: int) -> list[problems.Problem]:
+    def broken(seed: int, count: int, avoid: object = ()) -> list[problems.Problem]:
         raise OSError("no entropy")
 
     monkeypatch.setattr(problems, "fresh", broken)
@@ -178,7 +212,7 @@ def test_questions_that_cannot_be_built_are_an_error(tmp_path: Path, monkeypatch
     assert reg.get_sample_value("vllm_canary_errors_total", {"reason": "questions"}) == 1
     assert answerer.seen["problem"] == 0  # nothing was asked
     # Fewer questions than the budget says is no run either.
-    monkeypatch.setattr(problems, "fresh", lambda seed, count: [])
+    monkeypatch.setattr(problems, "fresh", lambda seed, count, avoid=(): [])
     assert runner.run_once().error_kind == "questions"
 
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -100,10 +102,16 @@ def _build_holds_lock(build: Part) -> bool:
         return False
 
 
+def basetemp(name: str) -> Path:
+    """A session's own temp directory, outside the checkout (the packaging tests install the wheel where no file
+    of the checkout is in reach) and apart from other checkouts' runs; pytest empties it at the start."""
+    tag = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / f"vllm-rocm-{tag}-{os.getuid()}" / f"pytest-{name}"
+
+
 def pytest_part(name: str, args: list[str]) -> Part:
-    tmp = WORK / "tmp"
-    cmd = [sys.executable, "-m", "pytest", f"--basetemp={tmp / f'pytest-{name}'}", "-p", "no:cacheprovider", *args]
-    return Part(name, cmd, tmp / f"pytest-{name}.log")
+    cmd = [sys.executable, "-m", "pytest", f"--basetemp={basetemp(name)}", "-p", "no:cacheprovider", *args]
+    return Part(name, cmd, WORK / "tmp" / f"pytest-{name}.log")
 
 
 def run(pytest_args: list[str] | None) -> int:
@@ -132,7 +140,7 @@ def run(pytest_args: list[str] | None) -> int:
         for p in reversed(parts):
             p.stop()
     if len(sessions) > 1:
-        print(f"\n== summaries (whole reports: {tmp}/pytest-<session>.log)")
+        print(f"\n== summaries (whole reports: {tmp}/pytest-<session>.log; temp files: {basetemp('<session>')})")
         for s in sessions:
             for line in s.tail:
                 if line.startswith(("FAILED", "ERROR")) or " passed" in line or " failed" in line:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Container
 from dataclasses import dataclass
 
 # Plain few-shot sums: a 135M model gets most right in this form (11/16 measured with SmolLM2-135M) and
@@ -61,13 +62,27 @@ def _copy(rng: random.Random) -> Problem:
 FRESH_FAMILIES = {"count": _count, "copy": _copy}
 
 
-def fresh(seed: int, count: int) -> list[Problem]:
+def fresh(seed: int, count: int, avoid: Container[str] = ()) -> list[Problem]:
     """`count` fresh problems from a run's own seed, the families taken in turn from a seeded start (so one family
-    does not always get the extra problem of an odd count)."""
+    does not always get the extra problem of an odd count). A prompt in `avoid` (what earlier runs asked) is drawn
+    again: the count family has 729 prompts, so a random draw alone repeats one within a few dozen runs."""
     rng = random.Random(seed)
     families = list(FRESH_FAMILIES.values())
     start = rng.randrange(len(families))
-    return [families[(start + i) % len(families)](rng) for i in range(count)]
+    out: list[Problem] = []
+    for i in range(count):
+        make = families[(start + i) % len(families)]
+        for _ in range(FRESH_DRAWS):
+            p = make(rng)
+            if p.prompt not in avoid and all(p.prompt != q.prompt for q in out):
+                break
+        else:
+            raise ValueError(f"no {p.family} problem left that avoids those asked before")
+        out.append(p)
+    return out
+
+
+FRESH_DRAWS = 1000  # draws per problem before giving up: far more than the avoided share of any family needs
 
 
 def parse_answer(text: str) -> int | None:

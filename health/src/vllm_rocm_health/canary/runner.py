@@ -9,6 +9,7 @@ import logging
 import math
 import secrets
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from .history import WINDOW, History
 from .metrics import CanaryMetrics
 
 log = logging.getLogger(__name__)
+# 256 runs of the default 2 fresh problems (a day at a 5-minute interval); the count family has 729 prompts.
+ASKED_FRESH_MEMORY = 512
 
 
 @dataclass
@@ -89,6 +92,8 @@ class CanaryRunner:
         self.metrics.tolerance.set(cfg.fingerprint_tolerance)
         self.problems = problems.generate(cfg.seed, cfg.num_problems)
         self.history = History()
+        # The fresh prompts of the last runs, never asked again while remembered (problems.fresh redraws them).
+        self._asked_fresh: deque[str] = deque(maxlen=ASKED_FRESH_MEMORY)
         self.baseline: Baseline | None = None
         self._passing: bool | None = None
         self.last_reason = "no canary run yet"
@@ -193,7 +198,8 @@ class CanaryRunner:
             todo = self.problems[: room.problems]
             # A seed of its own for every run: questions no earlier run asked (it is logged with a failure).
             run_seed = secrets.randbits(63)
-            fresh_todo = problems.fresh(run_seed, room.fresh)
+            fresh_todo = problems.fresh(run_seed, room.fresh, avoid=set(self._asked_fresh))
+            self._asked_fresh.extend(p.prompt for p in fresh_todo)
             long_todo = problems.long_problems(self.cfg.seed, room.long)
             if (len(todo), len(fresh_todo), len(long_todo)) != (room.problems, room.fresh, room.long):
                 raise ValueError(f"built {len(todo)}, {len(fresh_todo)}, {len(long_todo)} questions for {room}")
