@@ -79,6 +79,18 @@ def test_the_tests_wait_for_the_build_they_run_beside(fake: Path, monkeypatch: p
     assert "1 passed" in (fake / "work" / "tmp" / "pytest-pytest.log").read_text()
 
 
+def test_the_sessions_temp_directories_are_outside_the_checkout_and_made(
+    fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0))
+    monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "true\n"))
+    test = tree(fake, "def test_tmp(tmp_path):\n    (tmp_path / 'x').write_text('y')\n")
+    assert testrun.run([test, "-q", "-c", CONFIG]) == 0  # pytest makes basetemp, not its parents: the run must
+    assert (fake / "basetemp" / "pytest").is_dir()
+    monkeypatch.undo()
+    assert not testrun.basetemp("main").is_relative_to(testrun.REPO)
+
+
 def test_a_failing_build_fails_the_run(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0, rc=3))
     monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "true\n"))

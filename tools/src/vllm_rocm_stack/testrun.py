@@ -110,7 +110,9 @@ def basetemp(name: str) -> Path:
 
 
 def pytest_part(name: str, args: list[str]) -> Part:
-    cmd = [sys.executable, "-m", "pytest", f"--basetemp={basetemp(name)}", "-p", "no:cacheprovider", *args]
+    temp = basetemp(name)
+    temp.parent.mkdir(parents=True, exist_ok=True)  # pytest makes the directory itself, not its parents
+    cmd = [sys.executable, "-m", "pytest", f"--basetemp={temp}", "-p", "no:cacheprovider", *args]
     return Part(name, cmd, WORK / "tmp" / f"pytest-{name}.log")
 
 
