@@ -1,5 +1,5 @@
 """`make test`'s runner (vllm_rocm_stack.testrun) with stand-in setup scripts and a tiny test tree: the Kubernetes build
-runs in the background holding its lock while the tests run, the cluster tests' wait (tests/support/kube.py) waits
+runs in the background holding its lock while the tests run, the cluster tests' wait (vllm_rocm_stack.kube_build) waits
 for exactly that lock, any failing part fails the run, and a failed setup stops what was started."""
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from vllm_rocm_stack import testrun
-
-from tests.support import kube
+from vllm_rocm_stack import kube_build, testrun
 
 CONFIG = str(testrun.REPO / "pyproject.toml")  # the tiny trees live outside the checkout; its settings still apply
 
@@ -23,7 +21,6 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     lock = work / "kube" / ".build.lock"
     monkeypatch.setattr(testrun, "WORK", work)
     monkeypatch.setattr(testrun, "KUBE_LOCK", lock)
-    monkeypatch.setattr(kube, "BUILD_LOCK", lock)
     # Not the checkout's own session directories: this may run inside `make test`, whose sessions use them.
     monkeypatch.setattr(testrun, "basetemp", lambda name: tmp_path / "basetemp" / name)
     (tmp_path / "tree").mkdir()
@@ -61,17 +58,16 @@ def tree(fake: Path, test_body: str) -> str:
 def test_the_tests_wait_for_the_build_they_run_beside(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 3))
     monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "echo venv ready\n"))
-    # The test runs while the build holds the lock; kube.wait_for_build returns only after the build wrote its output.
+    # The test runs while the build holds the lock; kube_build.wait returns only after the build wrote its output.
     test = tree(
         fake,
         f"""
         from pathlib import Path
-        from tests.support import kube
-        kube.BUILD_LOCK = Path({str(fake / "work" / "kube" / ".build.lock")!r})
+        from vllm_rocm_stack import kube_build
 
         def test_waits():
             assert not Path({str(fake / "built")!r}).exists()
-            kube.wait_for_build(60)
+            kube_build.wait(Path({str(fake / "work" / "kube" / ".build.lock")!r}), 60)
             assert Path({str(fake / "built")!r}).read_text() == "built\\n"
         """,
     )
@@ -131,6 +127,8 @@ def test_wait_for_build_times_out_with_a_reason(fake: Path) -> None:
     lock.parent.mkdir(parents=True)
     with lock.open("w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
+        assert kube_build.running(lock)
         with pytest.raises(TimeoutError, match="still runs"):
-            kube.wait_for_build(timeout=0.5)
-    kube.wait_for_build(timeout=0.5)  # released: returns at once
+            kube_build.wait(lock, timeout=0.5)
+    assert not kube_build.running(lock)
+    kube_build.wait(lock, timeout=0.5)  # released: returns at once

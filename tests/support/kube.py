@@ -7,7 +7,6 @@ Nothing here is pytest-specific (tests/kube/conftest.py wraps it in session fixt
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from typing import Any
 
 import httpx
 import yaml
+from vllm_rocm_stack import kube_build
 from vllm_rocm_stack.config import WORK, pinned_versions
 
 KUBE = WORK / "kube"
@@ -47,40 +47,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-BUILD_LOCK = KUBE / ".build.lock"  # held by tools/kube/build.sh while it runs
-# A cold build on 2 shared cores measured 8.5 min idle and 30 min under heavy load; past this, something is wrong.
-BUILD_WAIT = 3600.0
-
-
-def wait_for_build(timeout: float = BUILD_WAIT) -> None:
-    """Return once no Kubernetes build runs (`make test` starts one beside the test sessions): a build in progress
-    holds BUILD_LOCK and the binaries are not complete before it ends. Says once that it waits, and for how long."""
-    if not BUILD_LOCK.exists():
-        return
-    with BUILD_LOCK.open("a") as f:
-        t0 = time.monotonic()
-        said = False
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not said:
-                    print(f"waiting for the Kubernetes build to finish (tools/kube/build.sh holds {BUILD_LOCK})")
-                    said = True
-                if time.monotonic() - t0 > timeout:
-                    msg = f"the Kubernetes build still runs after {timeout:.0f} s ({BUILD_LOCK})"
-                    raise TimeoutError(msg) from None
-                time.sleep(2.0)
-        fcntl.flock(f, fcntl.LOCK_UN)
-        if said:
-            print(f"the Kubernetes build finished; waited {time.monotonic() - t0:.0f} s")
-
-
 def missing() -> list[str]:
     """What the control plane needs and this machine lacks, each with the command that provides it (after any
     Kubernetes build in progress has finished)."""
-    wait_for_build()
+    kube_build.wait()
     out = []
     for path, how in (
         (APISERVER, SETUP_HINT),

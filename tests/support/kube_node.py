@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from vllm_rocm_stack import kube_build
 from vllm_rocm_stack.config import pinned_versions
 
-from tests.support.kube import ETCD, KUBE, KUBE_BIN, Process, wait_for_build
+from tests.support.kube import ETCD, KUBE, KUBE_BIN, Process
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ START_TIMEOUT = 180.0
 def missing() -> list[str]:
     """What the node needs and this machine lacks, each with the command that provides it (after any Kubernetes
     build in progress has finished)."""
-    wait_for_build()
+    kube_build.wait()
     out = []
     need: list[tuple[Path, str]] = [
         (KUBE_BIN / b, "run `make setup` (tools/kube/build.sh)")

@@ -17,7 +17,6 @@ With pytest arguments (a path, -k, -m) the tests run as one session: you chose w
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import os
 import signal
@@ -29,12 +28,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import kube_build
 from .config import REPO, WORK
 
 SESSIONS = (("system", "system"), ("main", "not system"))
-KUBE_BUILD = ["bash", str(REPO / "tools" / "kube" / "build.sh")]
+KUBE_BUILD = kube_build.COMMAND
 VLLM_SETUP = ["bash", str(REPO / "tools" / "setup-vllm-cpu.sh")]
-KUBE_LOCK = WORK / "kube" / ".build.lock"  # tools/kube/build.sh holds it while it runs
+KUBE_LOCK = kube_build.LOCK
 
 
 @dataclass
@@ -91,15 +91,7 @@ def _build_holds_lock(build: Part) -> bool:
     """True once the Kubernetes build has taken its lock (or has already ended): from then on the cluster tests'
     wait for the lock is a wait for the build."""
     assert build.proc is not None
-    if build.proc.poll() is not None or not KUBE_LOCK.exists():
-        return build.proc.poll() is not None
-    with KUBE_LOCK.open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
+    return build.proc.poll() is not None or kube_build.running(KUBE_LOCK)
 
 
 def basetemp(name: str) -> Path:

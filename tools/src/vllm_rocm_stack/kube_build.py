@@ -1,0 +1,44 @@
+"""The Kubernetes build's lock: tools/kube/build.sh holds it (flock) while it runs, `make test` starts the build beside
+the test sessions (vllm_rocm_stack.testrun), and the cluster tests wait for it to be free before they look for the
+binaries (tests/support/kube.py)."""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from pathlib import Path
+
+from .config import REPO, WORK
+
+COMMAND = ["bash", str(REPO / "tools" / "kube" / "build.sh")]
+LOCK = WORK / "kube" / ".build.lock"
+# A cold build on 2 shared cores measured 8 min alone and 30 min under heavy load; past this, something is wrong.
+WAIT = 3600.0
+
+
+def running(lock: Path = LOCK) -> bool:
+    """True while a build holds the lock."""
+    if not lock.exists():
+        return False
+    with lock.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def wait(lock: Path = LOCK, timeout: float = WAIT) -> None:
+    """Return once no build runs; say once that it waits, and for how long it did."""
+    t0 = time.monotonic()
+    said = False
+    while running(lock):
+        if not said:
+            print(f"waiting for the Kubernetes build to finish (tools/kube/build.sh holds {lock})")
+            said = True
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"the Kubernetes build still runs after {timeout:.0f} s ({lock})")
+        time.sleep(2.0)
+    if said:
+        print(f"the Kubernetes build finished; waited {time.monotonic() - t0:.0f} s")
