@@ -7,9 +7,7 @@ a server that answers wrong: a canary that asked the decoy would pass. Both are 
 from __future__ import annotations
 
 import ast
-import http.server
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from vllm_rocm_health import direct_http
 from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
 
 from tests.support.canary import make_baseline
+from tests.support.http import LocalServer, QuietHandler
 from tests.support.injector import AnswererServer, CanaryAnswerer
 from tests.support.sidecar import SidecarProcess
 
@@ -104,14 +103,14 @@ def test_proxy_variables_do_not_redirect_the_canary(servers, tmp_path: Path) -> 
         assert sc.stop() == 0
 
 
-class Redirector:
+class Redirector(LocalServer):
     """Failure injection: every request answered `307 Temporary Redirect` to another server."""
 
     def __init__(self, to: str) -> None:
         self.requests = 0
         outer = self
 
-        class H(http.server.BaseHTTPRequestHandler):
+        class H(QuietHandler):
             def _reply(self) -> None:
                 outer.requests += 1
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -122,17 +121,7 @@ class Redirector:
 
             do_GET = do_POST = _reply  # noqa: N815
 
-            def log_message(self, *a: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(H, name="redirector")
 
 
 def test_a_redirect_is_not_followed(servers, tmp_path: Path) -> None:

@@ -14,11 +14,9 @@ from the command line and a plain reading of the log text (tools/gpu/README.md),
 from __future__ import annotations
 
 import gzip
-import http.server
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +27,8 @@ from vllm_rocm_health.canary.config import CanaryConfig
 from vllm_rocm_health.config import SidecarConfig
 from vllm_rocm_health.events import EventPoster
 from vllm_rocm_health.state import LogState
+
+from tests.support.injector import FailureInjectingVllmHealth
 
 CORPUS = Path(__file__).resolve().parents[2] / "health" / "fixtures" / "corpus"
 CASES = sorted(CORPUS.glob("*/*.facts.json"))
@@ -113,32 +113,9 @@ def test_the_parse_command_reads_every_log(tmp_path: Path) -> None:
         check(s, expect(p))
 
 
-class HealthOk:
-    """FAILURE INJECTOR for /health alone (not a vLLM): answers 200, as the recorded server did once it served."""
-
-    def __init__(self) -> None:
-        class H(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                self.send_response(200 if self.path == "/health" else 404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *a: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
-def health() -> Iterator[HealthOk]:
-    h = HealthOk()
+def health() -> Iterator[FailureInjectingVllmHealth]:
+    h = FailureInjectingVllmHealth()
     yield h
     h.close()
 
@@ -147,7 +124,9 @@ GRACE = 1.0  # --log-grace: vLLM answered /health, its lines have been written; 
 
 
 @pytest.mark.parametrize("facts_path", CASES, ids=IDS)
-def test_serve_gives_the_verdict_the_rules_give(facts_path: Path, health: HealthOk, tmp_path: Path) -> None:
+def test_serve_gives_the_verdict_the_rules_give(
+    facts_path: Path, health: FailureInjectingVllmHealth, tmp_path: Path
+) -> None:
     e = expect(facts_path)
     log = tmp_path / "vllm.log"
     log.write_bytes(log_bytes(facts_path))

@@ -3,10 +3,8 @@ passes `promtool check metrics`, and is scraped by a real Prometheus server."""
 
 from __future__ import annotations
 
-import http.server
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,36 +12,10 @@ from pathlib import Path
 import pytest
 from vllm_rocm_stack.prometheus import PrometheusServer, ScrapeTarget
 
+from tests.support.injector import FailureInjectingVllmHealth
 from tests.support.sidecar import SidecarProcess, free_port
 
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"
-
-
-class FailureInjectingVllmHealth:
-    """Failure-injection double for vLLM's /health only (a real server cannot be told to return 500 or hang)."""
-
-    def __init__(self) -> None:
-        self.status = 200
-        self.delay = 0.0
-        outer = self
-
-        class H(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                time.sleep(outer.delay)
-                self.send_response(outer.status)
-                self.end_headers()
-
-            def log_message(self, *a) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -15,12 +15,13 @@ import re
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 from vllm_rocm_health.canary import fingerprint, problems
 from vllm_rocm_health.canary.baseline import Baseline
+
+from tests.support.http import LocalServer, QuietHandler
 
 _SUM = re.compile(r"(\d+) \+ (\d+) =$")
 _COUNT = re.compile(r"(\d+), (\d+), (\d+), (\d+),$")
@@ -92,7 +93,7 @@ class CanaryAnswerer:
         return httpx.MockTransport(handle)
 
 
-class AnswererServer:
+class AnswererServer(LocalServer):
     """The answerer over real HTTP on 127.0.0.1, with vLLM's /health (`health_status`) for the sidecar's poller.
     It also answers requests sent to it as an HTTP proxy (absolute-form targets, `GET http://host/path`), as a
     decoy a proxy variable could send a client to. `requests` counts every request it got, /health included."""
@@ -102,7 +103,7 @@ class AnswererServer:
         self.requests = 0
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _reply(self) -> None:
                 server.requests += 1
                 path = urllib.parse.urlsplit(self.path).path
@@ -129,17 +130,26 @@ class AnswererServer:
 
             do_GET = do_POST = _reply  # noqa: N815 - http.server's naming
 
-            def log_message(self, *args: object) -> None:
-                pass
+        super().__init__(Handler, name="answerer")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, name="answerer", daemon=True).start()
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+class FailureInjectingVllmHealth(LocalServer):
+    """Failure-injection double for vLLM's /health only (a real server cannot be told to return 500 or hang): every
+    GET is answered `status` after `delay` seconds."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.delay = 0.0
+        outer = self
+
+        class H(QuietHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                time.sleep(outer.delay)
+                self.send_response(outer.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        super().__init__(H, name="health")
 
 
 def right_answers(seed: int, n: int) -> list[int]:

@@ -55,7 +55,9 @@ class Recorder(CanaryAnswerer):
         return super().answer(method, path, body)
 
 
-def test_every_run_asks_fresh_problems_and_salts_every_request(tmp_path: Path) -> None:
+def fresh_asked(tmp_path: Path, runs: int = 3) -> tuple[list[set[str]], Recorder, CanaryConfig]:
+    """Passing canary runs against the recorder: the fresh prompts each asked (what no baseline problem, long
+    prompt or fingerprint text is), the recorder, the config."""
     base = make_baseline(seed=SEED, num_problems=N)
     path = tmp_path / "b.json"
     base.save(path)
@@ -64,12 +66,17 @@ def test_every_run_asks_fresh_problems_and_salts_every_request(tmp_path: Path) -
     runner = CanaryRunner(cfg, "http://injector", CollectorRegistry(), model="m", transport=answerer.transport())
     known = {p.prompt for p in TODO} | set(runner_mod.fingerprint.REFERENCE_TEXTS)
     fresh_per_run = []
-    for _ in range(3):
+    for _ in range(runs):
         before = len(answerer.prompts)
         assert runner.run_once().outcome == "pass"
         asked = answerer.prompts[before:]
         fresh_per_run.append({p for p in asked if p not in known and not p.startswith(problems.LONG_TEXT)})
     assert all(len(s) == cfg.fresh_problems for s in fresh_per_run), fresh_per_run
+    return fresh_per_run, answerer, cfg
+
+
+def test_every_run_asks_fresh_problems_and_salts_every_request(tmp_path: Path) -> None:
+    fresh_per_run, answerer, _ = fresh_asked(tmp_path)
     assert not (fresh_per_run[0] & fresh_per_run[1]) and not (fresh_per_run[1] & fresh_per_run[2]), fresh_per_run
     # 15 completions a run (8 + 2 long + 2 fresh + 3 fingerprint texts), each with a salt no other request had.
     assert len(answerer.salts) == 3 * 15
@@ -92,20 +99,7 @@ def test_no_fresh_prompt_repeats_while_remembered(monkeypatch: pytest.MonkeyPatc
 
 def test_the_runner_asks_nothing_again_even_on_the_same_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner_mod.secrets, "randbits", lambda _bits: 5)  # every run draws the same seed
-    base = make_baseline(seed=SEED, num_problems=N)
-    path = tmp_path / "b.json"
-    base.save(path)
-    answerer = Recorder(base)
-    cfg = CanaryConfig(baseline=str(path), seed=SEED, num_problems=N, idle_probe_after=0.0, timeout=5.0)
-    runner = CanaryRunner(cfg, "http://injector", CollectorRegistry(), model="m", transport=answerer.transport())
-    known = {p.prompt for p in TODO} | set(runner_mod.fingerprint.REFERENCE_TEXTS)
-    fresh_per_run = []
-    for _ in range(3):
-        before = len(answerer.prompts)
-        assert runner.run_once().outcome == "pass"
-        asked = answerer.prompts[before:]
-        fresh_per_run.append({p for p in asked if p not in known and not p.startswith(problems.LONG_TEXT)})
-    assert all(len(f) == cfg.fresh_problems for f in fresh_per_run), fresh_per_run
+    fresh_per_run, _, _ = fresh_asked(tmp_path)
     assert not (fresh_per_run[0] & fresh_per_run[1]) and not (fresh_per_run[1] & fresh_per_run[2]), fresh_per_run
     assert not fresh_per_run[0] & fresh_per_run[2], fresh_per_run
 
