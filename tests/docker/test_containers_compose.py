@@ -76,6 +76,15 @@ class Stack:
         )
         return proc.stdout
 
+    def recreate_vllm(self, model_dir: Path) -> None:
+        """`up -d --force-recreate --no-deps vllm` on another model, the old container stopped first with time to
+        exit: on a loaded machine vLLM took longer than podman-compose's 10 s to stop, and the SIGKILL that followed
+        raced the removal (the new container found its port still bound; seen once beside the other session)."""
+        name = self.containers(all_=False).get("vllm")
+        if name:
+            self.podman("stop", "--time", "120", name)
+        self.compose("up", "-d", "--force-recreate", "--no-deps", "vllm", VLLM_MODEL_DIR=str(model_dir))
+
     def compose_rc(
         self, *args: str, timeout: float = 600, files: list[Path] = FILES, **extra: str
     ) -> subprocess.CompletedProcess[str]:
@@ -307,7 +316,7 @@ def _alert_cycle(stack: Stack, receiver: WebhookReceiver, patience: float) -> No
 
     # 2. The perturbed model, as an operator swaps a model: the vLLM service restarted with another volume.
     t0 = time.monotonic()
-    stack.compose("up", "-d", "--force-recreate", "--no-deps", "vllm", VLLM_MODEL_DIR=str(BAD))
+    stack.recreate_vllm(BAD)
     assert stack.model_mount() == str(BAD)
     saw_503 = []
 
@@ -334,7 +343,7 @@ def _alert_cycle(stack: Stack, receiver: WebhookReceiver, patience: float) -> No
 
     # 3. The good model back: the alert resolves, the receiver hears it, the sidecar is Ready again.
     t1 = time.monotonic()
-    stack.compose("up", "-d", "--force-recreate", "--no-deps", "vllm", VLLM_MODEL_DIR=str(GOOD))
+    stack.recreate_vllm(GOOD)
     assert stack.model_mount() == str(GOOD)
     stack.wait(
         "the resolved notification",

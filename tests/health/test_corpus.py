@@ -148,10 +148,11 @@ def test_serve_gives_the_verdict_the_rules_give(
         # when the expected one is a grace's (GRACE) after that. A wrong verdict shows as a timeout with its words.
         deadline = time.monotonic() + 30.0
         while True:
-            ready, message = sidecar.update_readiness()
-            code = sidecar.status.ready_code
-            with sidecar.status.lock:
-                read_all = sidecar.status.log_lines >= lines and sidecar.status.server_healthy is not None
+            sidecar.update_readiness()
+            with sidecar.status.lock:  # one snapshot: the workers decide readiness too, between any two reads
+                st = sidecar.status
+                ready, message, code = st.ready, st.ready_reason, st.ready_code
+                read_all = st.log_lines >= lines and st.server_healthy is not None
             if (read_all and code == e["verdict"]) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
