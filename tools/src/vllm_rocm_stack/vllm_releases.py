@@ -93,7 +93,8 @@ def _wanted(name: str, version: str) -> bool:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (made if missing): one fetch of a release at a time, across processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -154,7 +155,7 @@ def release_tree(version: str) -> Path:
     tree = base / _tree_name()
     if (tree / _COMPLETE_MARKER).is_file():
         return tree
-    with _locked(cache_dir() / f"{version}.lock"):
+    with locked(cache_dir() / f"{version}.lock"):
         if (tree / _COMPLETE_MARKER).is_file():  # another process finished while we waited
             return tree
         base.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,6 @@ into a temporary directory renamed into place when complete.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -24,11 +23,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from .config import WORK
+from .vllm_releases import locked
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +57,6 @@ def pypi_releases() -> list[str]:
     if proc.returncode != 0 or not m:
         raise WheelError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-1000:]}")
     return [v.strip() for v in m.group(1).split(",") if _FINAL.match(v.strip())]
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _download(version: str, dest: Path) -> Path:
@@ -104,7 +91,7 @@ def python_tree(version: str, cache: Path | None = None) -> Path:
     tree = root / version
     if (tree / MARKER).is_file():
         return tree
-    with _locked(root / f"{version}.lock"):
+    with locked(root / f"{version}.lock"):
         if (tree / MARKER).is_file():
             return tree
         if tree.exists():  # a partial tree from an interrupted run: never trust it
