@@ -22,8 +22,10 @@ whose arguments are `vllm serve`'s (files/vllm-settings.yaml `entrypoints`).
 {{- end -}}
 {{- $nExtra := len .Values.extraArgs -}}
 {{- $args := include "vllm-rocm.serveArgs" . | fromYamlArray -}}
+{{- /* The one reference the chart writes itself: the mode from the qualification ConfigMap (vllm-rocm.vllmModeEnv). */ -}}
+{{- $own := printf "\"cudagraph_mode\":\"$(%s)\"" (include "vllm-rocm.runtimeModeVar" .) -}}
 {{- range $i, $a := $args -}}
-{{- if regexMatch $pattern (toString $a) -}}
+{{- if regexMatch $pattern (replace $own "" (toString $a)) -}}
 {{- $k := sub (len $args) $i -}}
 {{- if le $k $nExtra -}}
 {{- $out = append $out (printf "extraArgs[%d] %q: %s" (sub $nExtra $k) (toString $a) $why) -}}

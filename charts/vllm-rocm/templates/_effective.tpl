@@ -207,6 +207,14 @@ Release facts used here (each re-derived from the released files by tests/charts
 {{- define "vllm-rocm.effectiveAnnotation" -}}
 {{- $e := include "vllm-rocm.effective" . | fromJson -}}
 {{- $_ := unset $e "refusals" -}}
+{{- $src := include "vllm-rocm.qualificationSource" . | fromJson -}}
+{{- if $src.runtimeMode -}}
+{{- /* The settings above were judged for each of these modes; the ConfigMap picks one as the pod starts. */ -}}
+{{- $_ := set $e "modeFrom" (dict "configMap" $src.configMap "candidates" (include "vllm-rocm.qualificationCandidates" . | fromJson).modes) -}}
+{{- $_ := unset $e "requestedMode" -}}
+{{- $_ := unset $e "mode" -}}
+{{- $_ := unset $e "configMode" -}}
+{{- end -}}
 vllm-rocm/effective-settings: {{ toJson $e | quote }}
 {{- end -}}
 

@@ -27,6 +27,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: test
 {{- end -}}
 
+{{/* The qualification Job's labels: never the server's selector (the Service, the PDB and the NetworkPolicy select
+servers only). */}}
+{{- define "vllm-rocm.qualificationLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ printf "%s-qualify" (include "vllm-rocm.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: qualification
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
 {{/* vllm.release as a label value (<= 63 of [-A-Za-z0-9_.], alphanumeric at both ends): ROCm builds carry local
 versions ("0.10.2+rocm700", "0.10.2.dev383+g..."), whose "+" the API server refuses in a label. */}}
 {{- define "vllm-rocm.versionLabel" -}}
@@ -139,23 +149,20 @@ two are rows of the data; spec decode on AITER FA (vllm#31625, and the unverifie
 {{- with $refusals -}}
 {{- fail (printf "the chart refuses these values (every compilation and CUDA-graph setting goes through the typed values, which the chart's guard judges, and nothing may rewrite, wrap or loosen what it judged; see the chart README, \"CUDA graphs and compilation\" and \"What the sidecar is told\"):\n  - %s" (join "\n  - " .)) -}}
 {{- end -}}
-{{- $rel := $e.releaseMinor -}}
-{{- $mode := $e.mode -}}
-{{- $modeText := $mode -}}
-{{- if ne $mode $e.requestedMode -}}
-{{- $modeText = printf "%s (which vLLM %s runs as %s: %s)" $e.requestedMode $e.releasePatch $mode (join "; " $e.modeChanges) -}}
+{{- $src := include "vllm-rocm.qualificationSource" . | fromJson -}}
+{{- with $src.problem -}}{{- fail . -}}{{- end -}}
+{{- with include "vllm-rocm.qualificationJobProblem" . -}}{{- fail . -}}{{- end -}}
+{{- if $src.runtimeMode -}}
+{{- $cand := include "vllm-rocm.qualificationCandidates" . | fromJson -}}
+{{- if not $cand.modes -}}
+{{- fail (printf "qualification: the cudagraph mode comes from the ConfigMap %s when the pod starts, but the guard lets no mode through for these values, so any mode it named would be refused: %s" $src.configMap (join "; " $cand.refused)) -}}
 {{- end -}}
-{{- $graphs := ne $mode "NONE" -}}
-{{- $unpatched010 := and (not $e.patched) (semverCompare "<0.11.0-0" $rel) -}}
-{{- if and $e.attentionBackend (semverCompare "<0.14.0-0" $rel) -}}
+{{- end -}}
+{{- if and $e.attentionBackend (semverCompare "<0.14.0-0" $e.releaseMinor) -}}
 {{- fail (printf "attentionBackend=%s needs vLLM >= 0.14 (vllm.release=%s has no --attention-backend flag; on 0.10.x/0.11 AITER FA is chosen by aiter.enabled + aiter.mha)" $e.attentionBackend $e.release) -}}
 {{- end -}}
-{{- /* The known issues (files/known-issues.json, templates/_known_issues.tpl): AITER FA on 0.10.x among them. */ -}}
-{{- with include "vllm-rocm.knownIssuesRefusal" (include "vllm-rocm.knownIssues" (dict "root" . "e" $e) | fromJson) -}}
-{{- fail (printf "%s\n(judged on compilation.cudagraphMode=%s)" . $modeText) -}}
-{{- end -}}
-{{- if and $graphs $e.aiterFA $e.speculative (hasPrefix "FULL" $mode) (or (eq $mode "FULL") $unpatched010) (semverCompare "<0.20.0-0" $rel) -}}
-{{- fail (printf "compilation.cudagraphMode=%s with speculative decoding on the AITER FlashAttention backend (vLLM %s): decode graphs have query length 1+k, which this backend cannot run as full graphs (unpatched 0.10.2 freezes flash-attention in and returns wrong tokens; vllm#25104, vllm#31625). Use compilation.cudagraphMode=PIECEWISE, or another attentionBackend." $modeText $e.release) -}}
+{{- with include "vllm-rocm.modeRefusal" (dict "root" . "e" $e) -}}
+{{- fail . -}}
 {{- end -}}
 {{- if gt (int .Values.tensorParallelSize) (int .Values.gpusPerNode) -}}
 {{- if .Values.multiNode.enabled -}}
@@ -195,7 +202,12 @@ two are rows of the data; spec decode on AITER FA (vllm#31625, and the unverifie
 {{/* The --compilation-config JSON: cudagraph_mode + capture sizes + the free map. */}}
 {{- define "vllm-rocm.compilationConfig" -}}
 {{- $cc := deepCopy .Values.compilation.compilationConfig -}}
+{{- if eq (include "vllm-rocm.qualificationRuntimeMode" .) "true" -}}
+{{- /* The kubelet puts the ConfigMap's mode in (the env var below, vllm-rocm.vllmModeEnv). */ -}}
+{{- $_ := set $cc "cudagraph_mode" (printf "$(%s)" (include "vllm-rocm.runtimeModeVar" .)) -}}
+{{- else -}}
 {{- $_ := set $cc "cudagraph_mode" (include "vllm-rocm.cudagraphMode" .) -}}
+{{- end -}}
 {{- if .Values.compilation.captureSizes -}}
 {{- $_ := set $cc "cudagraph_capture_sizes" .Values.compilation.captureSizes -}}
 {{- end -}}
@@ -488,10 +500,7 @@ imagePullSecrets:
 {{- end }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.nodeSelector }}
-nodeSelector:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
+{{- include "vllm-rocm.nodeSelector" . | nindent 0 }}
 {{- include "vllm-rocm.affinity" . | nindent 0 }}
 {{- with .Values.tolerations }}
 tolerations:
@@ -515,4 +524,54 @@ livenessProbe:
   periodSeconds: {{ .Values.probes.liveness.periodSeconds }}
   failureThreshold: {{ .Values.probes.liveness.failureThreshold }}
   timeoutSeconds: {{ .Values.probes.liveness.timeoutSeconds }}
+{{- end -}}
+
+
+{{/* Why the effective mode may not run, or "": the known issues (files/known-issues.json, templates/_known_issues.tpl;
+AITER FA on 0.10.x among them) and the rule on speculative decoding with AITER FA. In: dict root (the chart context),
+e (its effective settings). Used by vllm-rocm.validate and, for each mode, by vllm-rocm.qualificationCandidates. */}}
+{{- define "vllm-rocm.modeRefusal" -}}
+{{- $e := .e -}}
+{{- $rel := $e.releaseMinor -}}
+{{- $mode := $e.mode -}}
+{{- $modeText := $mode -}}
+{{- if ne $mode $e.requestedMode -}}
+{{- $modeText = printf "%s (which vLLM %s runs as %s: %s)" $e.requestedMode $e.releasePatch $mode (join "; " $e.modeChanges) -}}
+{{- end -}}
+{{- $graphs := ne $mode "NONE" -}}
+{{- $unpatched010 := and (not $e.patched) (semverCompare "<0.11.0-0" $rel) -}}
+{{- with include "vllm-rocm.knownIssuesRefusal" (include "vllm-rocm.knownIssues" (dict "root" .root "e" $e) | fromJson) -}}
+{{- printf "%s\n(judged on compilation.cudagraphMode=%s)" . $modeText -}}
+{{- else -}}
+{{- if and $graphs $e.aiterFA $e.speculative (hasPrefix "FULL" $mode) (or (eq $mode "FULL") $unpatched010) (semverCompare "<0.20.0-0" $rel) -}}
+{{- printf "compilation.cudagraphMode=%s with speculative decoding on the AITER FlashAttention backend (vLLM %s): decode graphs have query length 1+k, which this backend cannot run as full graphs (unpatched 0.10.2 freezes flash-attention in and returns wrong tokens; vllm#25104, vllm#31625). Use compilation.cudagraphMode=PIECEWISE, or another attentionBackend." $modeText $e.release -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The vLLM container's cudagraph mode from the qualification ConfigMap (key `mode`, written by
+`vllm-rocm qualification publish` from the report's recommendation), when it is decided at run time: the kubelet
+expands it into --compilation-config. A missing ConfigMap or key keeps the container from starting. */}}
+{{- define "vllm-rocm.vllmModeEnv" -}}
+{{- $src := include "vllm-rocm.qualificationSource" . | fromJson -}}
+{{- if $src.runtimeMode }}
+- name: {{ include "vllm-rocm.runtimeModeVar" . }}
+  valueFrom:
+    configMapKeyRef:
+      name: {{ $src.configMap }}
+      key: mode
+{{- end }}
+{{- end -}}
+
+{{/* Where the pods may run: qualification.gpuProduct (or the report's gpu_product) pins them to nodes of that
+product, so the report's proof and the GPU that serves are the same product. */}}
+{{- define "vllm-rocm.nodeSelector" -}}
+{{- $sel := deepCopy (default dict .Values.nodeSelector) -}}
+{{- with (include "vllm-rocm.qualificationSource" . | fromJson).gpuProduct -}}
+{{- $_ := set $sel $.Values.amdNodeAffinity.labelKey . -}}
+{{- end -}}
+{{- if $sel -}}
+nodeSelector:
+  {{- toYaml $sel | nindent 2 }}
+{{- end -}}
 {{- end -}}

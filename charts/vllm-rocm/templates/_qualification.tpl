@@ -111,9 +111,10 @@ served (the served model name), release (vllm.release), seed and numProblems (th
 {{- end -}}
 {{- end -}}
 
-{{/* The report as a dict (toJson), checked; empty without a report. */}}
+{{/* The report as a dict (toJson), checked; empty without a report in the values (qualification.report, or the
+older `--set-file qualification=report.json`). A report in a ConfigMap is the sidecar's to check. */}}
 {{- define "vllm-rocm.qualification" -}}
-{{- with .Values.qualification -}}
+{{- with (include "vllm-rocm.qualificationSource" . | fromJson).report -}}
 {{- with include "vllm-rocm.qualificationProblem" (dict "text" . "mode" $.Values.compilation.cudagraphMode "eager" $.Values.enforceEager
       "served" (include "vllm-rocm.servedName" $) "release" $.Values.vllm.release
       "seed" $.Values.sidecar.canarySeed "numProblems" $.Values.sidecar.canaryNumProblems
@@ -128,6 +129,11 @@ served (the served model name), release (vllm.release), seed and numProblems (th
 FULL_AND_PIECEWISE (vLLM's default since 0.11). */}}
 {{- define "vllm-rocm.cudagraphMode" -}}
 {{- $mode := .Values.compilation.cudagraphMode -}}
+{{- if and (not $mode) (eq (include "vllm-rocm.qualificationRuntimeMode" .) "true") -}}
+{{- /* Decided at run time from the ConfigMap; the render-time judgments take a mode the guard lets through (every
+candidate was judged: vllm-rocm.qualificationCandidates). */ -}}
+{{- $mode = first (append (include "vllm-rocm.qualificationCandidates" . | fromJson).modes "") -}}
+{{- end -}}
 {{- with include "vllm-rocm.qualification" . -}}
 {{- if not $mode -}}{{- $mode = (fromJson .).recommended -}}{{- end -}}
 {{- end -}}
@@ -141,6 +147,177 @@ start otherwise. It differs from the requested mode when the compilation setting
 {{- $e := include "vllm-rocm.effective" $ | fromJson -}}
 {{- if ne $e.configMode (ternary "NONE" $e.requestedMode $.Values.enforceEager) -}}
 {{- include "vllm-rocm.qualificationModeProblem" (dict "report" (fromJson .) "mode" $e.configMode "why" (printf " (%s is what vLLM %s runs compilation.cudagraphMode=%s as: %s; the sidecar expects it)" $e.configMode $e.releasePatch $e.requestedMode (join "; " $e.modeChanges))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+
+{{/* Where the deployment's qualification comes from, as JSON:
+  report       the report text given in the values (qualification.report, or `--set-file qualification=report.json`)
+  configMap    the ConfigMap the pods read the report (key report.json) and its mode (key mode) from:
+               qualification.fromConfigMap, or the one the qualification Job publishes ("" = none)
+  job          qualification.job.enabled
+  runtimeMode  the vLLM container takes cudagraph_mode from that ConfigMap when it starts (a ConfigMap source and no
+               compilation.cudagraphMode or enforceEager)
+  gpuProduct   the amd.com/gpu.product-name the qualification is for: qualification.gpuProduct, else the report's own
+  problem      why these values cannot be used, or "" */}}
+{{- define "vllm-rocm.qualificationSource" -}}
+{{- $q := .Values.qualification -}}
+{{- $src := dict "report" "" "configMap" "" "job" false "runtimeMode" false "gpuProduct" "" "problem" "" -}}
+{{- $given := list -}}
+{{- if kindIs "string" $q -}}
+{{- $_ := set $src "report" $q -}}
+{{- else if kindIs "map" $q -}}
+{{- $_ := set $src "report" (toString (default "" (index $q "report"))) -}}
+{{- $_ := set $src "configMap" (toString (default "" (index $q "fromConfigMap"))) -}}
+{{- $_ := set $src "gpuProduct" (toString (default "" (index $q "gpuProduct"))) -}}
+{{- $_ := set $src "job" (eq (toString (dig "job" "enabled" false $q)) "true") -}}
+{{- end -}}
+{{- if $src.report -}}{{- $given = append $given "qualification.report" -}}{{- end -}}
+{{- if $src.configMap -}}{{- $given = append $given "qualification.fromConfigMap" -}}{{- end -}}
+{{- if $src.job -}}{{- $given = append $given "qualification.job.enabled" -}}{{- end -}}
+{{- if gt (len $given) 1 -}}
+{{- $_ := set $src "problem" (printf "qualification: give one source of the qualification, not %s (the Job publishes the ConfigMap the deployment reads; a report file or an existing ConfigMap replaces the Job)" (join " and " $given)) -}}
+{{- end -}}
+{{- /* A report that names its GPU product: the deployment must be for that product. */ -}}
+{{- if $src.report -}}
+{{- $r := fromJson (toString $src.report) -}}
+{{- $rp := index $r "gpu_product" -}}
+{{- if and (kindIs "string" $rp) $rp -}}
+{{- if not $src.gpuProduct -}}
+{{- $_ := set $src "gpuProduct" $rp -}}
+{{- else if ne $src.gpuProduct $rp -}}
+{{- $_ := set $src "problem" (printf "qualification: the report was measured on GPU product %s, qualification.gpuProduct is %s; qualify on a node of the product you deploy to" $rp $src.gpuProduct) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $src.configMap (not $src.problem) .Values.multiNode.enabled -}}
+{{- $_ := set $src "problem" "qualification.fromConfigMap with multiNode.enabled: the multi-node pods take their mode from the values only; give the report (qualification.report)" -}}
+{{- end -}}
+{{- if and $src.job (not $src.problem) -}}
+{{- $_ := set $src "configMap" (include "vllm-rocm.qualificationJobConfigMap" .) -}}
+{{- end -}}
+{{- $_ := set $src "runtimeMode" (eq (include "vllm-rocm.qualificationRuntimeMode" .) "true") -}}
+{{- toJson $src -}}
+{{- end -}}
+
+{{/* "true" when the vLLM container takes cudagraph_mode from the qualification ConfigMap as it starts: a ConfigMap
+source (qualification.fromConfigMap or the Job), and neither compilation.cudagraphMode nor enforceEager. Apart from
+vllm-rocm.qualificationSource because the Job's ConfigMap is named after the arguments this decides. */}}
+{{- define "vllm-rocm.qualificationRuntimeMode" -}}
+{{- $q := .Values.qualification -}}
+{{- $cm := and (kindIs "map" $q) (or (ne (toString (default "" (index $q "fromConfigMap"))) "") (eq (toString (dig "job" "enabled" false $q)) "true")) -}}
+{{- and $cm (not .Values.compilation.cudagraphMode) (not .Values.enforceEager) -}}
+{{- end -}}
+
+{{/* The kubelet's reference to the mode the vLLM container takes from the qualification ConfigMap (key `mode`). */}}
+{{- define "vllm-rocm.runtimeModeVar" -}}VLLM_ROCM_CUDAGRAPH_MODE{{- end -}}
+
+{{/* The modes the guard lets through for these values, each judged as if compilation.cudagraphMode named it, as JSON
+{modes: [...], refused: ["MODE: why", ...]}: what the qualification Job may qualify and the ConfigMap may choose.
+qualification.job.modes narrows the list (a mode outside it is refused). */}}
+{{- define "vllm-rocm.qualificationCandidates" -}}
+{{- $cache := include "vllm-rocm.renderCache" . | fromJson -}}
+{{- if hasKey $cache "candidates" -}}
+{{- $cache.candidates -}}
+{{- else -}}
+{{- $modes := list -}}
+{{- $refused := list -}}
+{{- $wanted := list -}}
+{{- if kindIs "map" .Values.qualification -}}{{- $wanted = default list (dig "job" "modes" list .Values.qualification) -}}{{- end -}}
+{{- range $m := include "vllm-rocm.modes" . | fromJsonArray -}}
+{{- $c := merge (dict "cudagraphMode" $m) (deepCopy $.Values.compilation) -}}
+{{- $vals := merge (dict "compilation" $c "qualification" "") (omit $.Values "compilation" "qualification" "__vllmRocmRenderCache") -}}
+{{- $ctx := dict "Values" $vals "Release" $.Release "Chart" $.Chart "Files" $.Files "Capabilities" $.Capabilities "Template" $.Template -}}
+{{- $e := include "vllm-rocm.effective" $ctx | fromJson -}}
+{{- $p := "" -}}
+{{- with $e.refusals -}}{{- $p = first . -}}{{- end -}}
+{{- if not $p -}}{{- $p = include "vllm-rocm.modeRefusal" (dict "root" $ctx "e" $e) -}}{{- end -}}
+{{- if and (not $p) $wanted (not (has $m $wanted)) -}}{{- $p = "not in qualification.job.modes" -}}{{- end -}}
+{{- if $p -}}
+{{- $refused = append $refused (printf "%s: %s" $m (replace "\n" " " $p)) -}}
+{{- else -}}
+{{- $modes = append $modes $m -}}
+{{- end -}}
+{{- end -}}
+{{- $out := toJson (dict "modes" $modes "refused" $refused) -}}
+{{- $_ := set (index .Values "__vllmRocmRenderCache") "candidates" $out -}}
+{{- $out -}}
+{{- end -}}
+{{- end -}}
+
+{{/* One render's memo (five modes judged per candidate list is too slow to redo at every include): a map kept in
+.Values under a key no value file may use (values.schema.json refuses unknown top-level keys), created on first use.
+Returns its contents as JSON; writers set into index .Values "__vllmRocmRenderCache". The per-mode contexts of
+vllm-rocm.qualificationCandidates are built without it, so they never read the deployment's entries. */}}
+{{- define "vllm-rocm.renderCache" -}}
+{{- if not (hasKey .Values "__vllmRocmRenderCache") -}}
+{{- $_ := set .Values "__vllmRocmRenderCache" dict -}}
+{{- end -}}
+{{- toJson (index .Values "__vllmRocmRenderCache") -}}
+{{- end -}}
+
+{{/* What the qualification Job judges, as JSON: everything its report depends on. The Job's ConfigMap is named after
+it, so a change of any input qualifies again and rolls the pods onto the new report, and an upgrade that changes
+none of them finds its report current (the Job then publishes nothing and qualifies nothing). */}}
+{{- define "vllm-rocm.qualificationInputs" -}}
+{{- $job := dig "job" dict .Values.qualification -}}
+{{- toJson (dict
+  "image" (include "vllm-rocm.image" .) "release" (toString .Values.vllm.release) "command" .Values.vllm.command
+  "args" (include "vllm-rocm.qualifyServerArgs" . | fromJsonArray) "env" (include "vllm-rocm.vllmEnv" . | fromYamlArray)
+  "gpuProduct" (toString (dig "gpuProduct" "" .Values.qualification))
+  "modes" (include "vllm-rocm.qualificationCandidates" . | fromJson).modes "qualifyArgs" (default list (index $job "args"))) -}}
+{{- end -}}
+
+{{- define "vllm-rocm.qualificationJobConfigMap" -}}
+{{- $cache := include "vllm-rocm.renderCache" . | fromJson -}}
+{{- if hasKey $cache "jobConfigMap" -}}
+{{- $cache.jobConfigMap -}}
+{{- else -}}
+{{- $name := printf "%s-q-%s" (include "vllm-rocm.fullname" . | trunc 48 | trimSuffix "-") (include "vllm-rocm.qualificationInputs" . | sha256sum | trunc 12) -}}
+{{- $_ := set (index .Values "__vllmRocmRenderCache") "jobConfigMap" $name -}}
+{{- $name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* `vllm serve`'s arguments for the qualification's servers: the deployment's, less what qualify sets per server
+(model, served name, host, port, cudagraph mode), as a JSON list. */}}
+{{- define "vllm-rocm.qualifyServerArgs" -}}
+{{- $args := include "vllm-rocm.serveArgs" . | fromYamlArray -}}
+{{- $out := list -}}
+{{- $skip := 0 -}}
+{{- range $i, $a := rest $args -}}
+{{- if gt $skip 0 -}}
+{{- $skip = sub $skip 1 -}}
+{{- else if has (toString $a) (list "--host" "--port" "--served-model-name" "--compilation-config") -}}
+{{- $skip = 1 -}}
+{{- else -}}
+{{- $out = append $out (toString $a) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Words as one POSIX shell line (each single-quoted): qualify's --command and --server-args are split like one. */}}
+{{- define "vllm-rocm.shellWords" -}}
+{{- $out := list -}}
+{{- range . -}}{{- $out = append $out (printf "'%s'" (replace "'" "'\\''" (toString .))) -}}{{- end -}}
+{{- join " " $out -}}
+{{- end -}}
+
+{{/* Why the qualification Job cannot run for these values, or "". */}}
+{{- define "vllm-rocm.qualificationJobProblem" -}}
+{{- $src := include "vllm-rocm.qualificationSource" . | fromJson -}}
+{{- if $src.job -}}
+{{- $cand := include "vllm-rocm.qualificationCandidates" . | fromJson -}}
+{{- if not $src.gpuProduct -}}
+qualification.job.enabled needs qualification.gpuProduct: the amd.com/gpu.product-name of the nodes this deployment runs on (e.g. AMD_Instinct_MI300X_OAM). The Job qualifies on a node of that product and the pods run only there: a report proves a mode on the GPU it was measured on
+{{- else if .Values.multiNode.enabled -}}
+qualification.job.enabled with multiNode.enabled: qualify runs one node's servers; qualify a multi-node deployment by hand and give the report (qualification.report)
+{{- else if or .Values.compilation.captureSizes .Values.compilation.compilationConfig -}}
+qualification.job.enabled with compilation.captureSizes or compilation.compilationConfig: qualify sets only cudagraph_mode on its servers, so its report would prove another configuration than the one deployed; drop them, or qualify by hand and give the report
+{{- else if not $cand.modes -}}
+qualification.job.enabled: the guard lets no cudagraph mode through for these values, so there is nothing to qualify: {{ join "; " $cand.refused }}
 {{- end -}}
 {{- end -}}
 {{- end -}}

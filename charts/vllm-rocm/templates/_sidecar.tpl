@@ -42,6 +42,7 @@ env: [VLLM_HEALTH_LOG_FORMAT, VLLM_HEALTH_LOG_LEVEL, VLLM_HEALTH_EVENTS]
 --canary-enabled: canary.enabled
 --no-canary-enabled: canary.enabled
 --qualification: qualification
+--gpu-product: qualification.gpuProduct
 --expected-mode: compilation.cudagraphMode (the chart passes the mode vLLM's config line will show)
 --requested-mode: compilation.cudagraphMode (the chart passes the mode vLLM's config line will show)
 --allow-known-issues: allowKnownIssues
@@ -62,7 +63,9 @@ guard's other refusals. */}}
 {{- $given := list -}}
 {{- if $c.baseline -}}{{- $given = append $given "canary.baseline" -}}{{- end -}}
 {{- if $c.existingConfigMap -}}{{- $given = append $given "canary.existingConfigMap" -}}{{- end -}}
-{{- if .Values.qualification -}}{{- $given = append $given "qualification" -}}{{- end -}}
+{{- $src := include "vllm-rocm.qualificationSource" . | fromJson -}}
+{{- if $src.report -}}{{- $given = append $given "qualification" -}}{{- end -}}
+{{- if $src.configMap -}}{{- $given = append $given (ternary "qualification.job" "qualification.fromConfigMap" $src.job) -}}{{- end -}}
 {{- $mount := trimSuffix "/" $c.mountPath -}}
 {{- $ref := dict "kind" "" "flag" "" "path" "" "configMap" "" "key" "" "text" "" "problem" "" -}}
 {{- if eq (toString $c.enabled) "false" -}}
@@ -88,12 +91,19 @@ guard's other refusals. */}}
 {{- $_ := set $ref "flag" "--canary-baseline" -}}
 {{- $_ := set $ref "configMap" $c.existingConfigMap -}}
 {{- $_ := set $ref "key" $c.key -}}
+{{- else if $src.configMap -}}
+{{- /* The report in a ConfigMap the chart does not write (the Job's, or the operator's): the sidecar checks it. */ -}}
+{{- $_ := set $ref "kind" "qualification" -}}
+{{- $_ := set $ref "flag" "--qualification" -}}
+{{- $_ := set $ref "configMap" $src.configMap -}}
+{{- $_ := set $ref "key" "report.json" -}}
+{{- $_ := set $ref "external" true -}}
 {{- else -}}
 {{- $_ := set $ref "kind" "qualification" -}}
 {{- $_ := set $ref "flag" "--qualification" -}}
 {{- $_ := set $ref "configMap" (printf "%s-qualification" (include "vllm-rocm.fullname" .)) -}}
 {{- $_ := set $ref "key" "qualification.json" -}}
-{{- $_ := set $ref "text" (toString .Values.qualification) -}}
+{{- $_ := set $ref "text" (toString $src.report) -}}
 {{- end -}}
 {{- if $ref.key -}}{{- $_ := set $ref "path" (printf "%s/%s" $mount $ref.key) -}}{{- end -}}
 {{- toJson $ref -}}
@@ -238,7 +248,15 @@ In: dict baseline, model (the served name), seed, numProblems (the canary's). */
 {{- $ref := include "vllm-rocm.accuracyReference" . | fromJson -}}
 {{- $args := list "serve" "--log-source" "k8s" "--k8s-container" "vllm"
   "--vllm-url" (printf "http://127.0.0.1:%v" $v.vllm.port) "--listen" (printf "0.0.0.0:%v" $v.sidecar.port)
-  "--model" (include "vllm-rocm.servedName" .) "--expected-mode" $e.configMode -}}
+  "--model" (include "vllm-rocm.servedName" .) -}}
+{{- $src := include "vllm-rocm.qualificationSource" . | fromJson -}}
+{{- /* A mode decided at run time is the report's recommendation, which the sidecar expects without the flag. */ -}}
+{{- if not $src.runtimeMode -}}
+{{- $args = concat $args (list "--expected-mode" $e.configMode) -}}
+{{- end -}}
+{{- with $src.gpuProduct -}}
+{{- $args = concat $args (list "--gpu-product" .) -}}
+{{- end -}}
 {{- with $v.allowKnownIssues -}}
 {{- $args = concat $args (list "--allow-known-issues" (join "," .)) -}}
 {{- end -}}
