@@ -659,3 +659,91 @@ def evict(cluster: NodeCluster, pod: str) -> subprocess.CompletedProcess[str]:
         stdin=json.dumps(body),
         check=False,
     )
+
+
+# The qualification Job on the node. The CPU build runs every mode as NONE, so the Job qualifies NONE, without
+# --enforce-eager (the mode must come from the report: the kubelet expands it into vLLM's arguments). A node label
+# stands for the AMD node labeller's product name.
+PRODUCT = "cpu-stand-in"
+PRODUCT_LABEL = "amd.com/gpu.product-name"
+# A Job (one vLLM start and qualify's --quick shapes, canary and throughput) and then a rollout (another start and a
+# canary pass), each bounded like one start: what the upgrade may take before it is a hang.
+QUALIFY_TIMEOUT = 2 * START_TIMEOUT
+JOB = f"{FULLNAME}-qualify"
+
+
+def job_logs(cluster: NodeCluster) -> str:
+    r = cluster.kubectl("logs", "-n", NS, f"job/{JOB}", "--all-containers", "--tail=60", check=False)
+    pods = cluster.kubectl("get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=qualification", "-o", "wide",
+                           check=False)  # fmt: skip
+    return f"the qualification Job's pods:\n{pods.stdout}\nits logs:\n{r.stdout}{r.stderr}"
+
+
+def test_qualification_job_deploys_its_mode_and_a_failed_one_changes_nothing(
+    cluster: NodeCluster, release: dict[str, Any], serving: Serving
+) -> None:
+    tmp: Path = release["tmp"]
+    cluster.kubectl("label", "node", NODE, f"{PRODUCT_LABEL}={PRODUCT}", "--overwrite")
+    vals = json.loads(json.dumps(release["values"]))
+    vals["canary"] = {}  # the report carries the baseline
+    vals["enforceEager"] = False
+    vals["qualification"] = {"gpuProduct": PRODUCT, "job": {"enabled": True, "modes": ["NONE"], "args": ["--quick"]}}
+    (tmp / "qualified.yaml").write_text(yaml.safe_dump(vals))
+    old_pod = serving.pod
+    began = time.monotonic()
+    up = helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NS, "-f", str(tmp / "qualified.yaml"), "--wait",
+              "--timeout", f"{QUALIFY_TIMEOUT}s", timeout=QUALIFY_TIMEOUT + 120, check=False)  # fmt: skip
+    took = time.monotonic() - began
+    if up.returncode != 0:
+        pytest.fail(f"helm upgrade with the qualification Job failed:\n{up.stdout}{up.stderr}\n{job_logs(cluster)}")
+    job = cluster.get("job", "-n", NS, JOB)
+    assert job["status"].get("succeeded") == 1, job["status"]
+    name = job["metadata"]["annotations"]["vllm-rocm/qualification-configmap"]
+    # The report the Job published: measured here, on this release, model and product, NONE recommended.
+    cm = cluster.get("configmap", "-n", NS, name)
+    assert cm["data"]["mode"] == "NONE", cm["data"].get("mode")
+    report = json.loads(cm["data"]["report.json"])
+    assert (report["recommended"], report["gpu_product"], report["served_model_name"]) == ("NONE", PRODUCT, SERVED)
+    assert report["vllm_version"] == vals["vllm"]["release"]
+    assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "vllm-rocm-qualification"
+    # The Deployment rolled onto it: a new pod, on the product's node, its mode from the ConfigMap, expanded by the
+    # kubelet (vLLM's own config line says NONE: an unexpanded `$(...)` would not parse), Ready after its canary
+    # passed against the report's baseline.
+    [pod] = Pods(cluster).list()
+    assert pod["metadata"]["name"] != old_pod
+    assert pod["spec"]["nodeSelector"] == {PRODUCT_LABEL: PRODUCT}
+    vllm = next(c for c in pod["spec"]["containers"] if c["name"] == "vllm")
+    from_cm = {"name": "VLLM_ROCM_CUDAGRAPH_MODE", "valueFrom": {"configMapKeyRef": {"name": name, "key": "mode"}}}
+    assert from_cm in vllm["env"]
+    assert '"cudagraph_mode":"$(VLLM_ROCM_CUDAGRAPH_MODE)"' in " ".join(vllm["args"])
+    log = cluster.kubectl("logs", "-n", NS, pod["metadata"]["name"], "-c", "vllm").stdout
+    assert "enforce_eager=False" in log and "'cudagraph_mode': <CUDAGraphMode.NONE: 0>" in log, log[-3000:]
+    assert Pods.ready(pod)
+    readyz = json.loads(Pods(cluster).readyz(pod))
+    assert readyz.get("ready") is True, readyz
+    assert canary_passes(Pods(cluster).metrics(pod)) >= 1
+    base = f"http://{service_ip(cluster)}:8000"
+    assert complete(cluster, base, "2+2=")
+    print(f"\nqualification Job + rollout onto its report: {took:.0f} s")
+
+    # A qualification that fails (its server may not take a second to start) fails the upgrade; the running pod,
+    # its ConfigMap and the Deployment stay as they were.
+    serving_pod = pod["metadata"]["name"]
+    failing = json.loads(json.dumps(vals))
+    failing["qualification"]["job"]["args"] = ["--quick", "--startup-timeout", "1"]
+    (tmp / "failing.yaml").write_text(yaml.safe_dump(failing))
+    down = helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NS, "-f", str(tmp / "failing.yaml"), "--wait",
+                "--timeout", f"{START_TIMEOUT}s", timeout=START_TIMEOUT + 120, check=False)  # fmt: skip
+    assert down.returncode != 0, down.stdout
+    assert "pre-upgrade hooks failed" in down.stderr, down.stderr
+    job = cluster.get("job", "-n", NS, JOB)
+    assert job["status"].get("failed", 0) >= 1 and not job["status"].get("succeeded"), job["status"]
+    assert job["metadata"]["annotations"]["vllm-rocm/qualification-configmap"] != name
+    logs = job_logs(cluster)
+    assert "not ready within 1 s" in logs, logs
+    deployment = cluster.get("deployment", "-n", NS, FULLNAME)
+    assert from_cm in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    [pod] = Pods(cluster).list()
+    assert pod["metadata"]["name"] == serving_pod and Pods.ready(pod)
+    assert cluster.get("configmap", "-n", NS, name)["data"]["mode"] == "NONE"
+    assert complete(cluster, base, "2+2=")

@@ -114,7 +114,9 @@ served (the served model name), release (vllm.release), seed and numProblems (th
 {{/* The report as a dict (toJson), checked; empty without a report in the values (qualification.report, or the
 older `--set-file qualification=report.json`). A report in a ConfigMap is the sidecar's to check. */}}
 {{- define "vllm-rocm.qualification" -}}
-{{- with (include "vllm-rocm.qualificationSource" . | fromJson).report -}}
+{{- $src := include "vllm-rocm.qualificationSource" . | fromJson -}}
+{{- with $src.problem -}}{{- fail . -}}{{- end -}}
+{{- with $src.report -}}
 {{- with include "vllm-rocm.qualificationProblem" (dict "text" . "mode" $.Values.compilation.cudagraphMode "eager" $.Values.enforceEager
       "served" (include "vllm-rocm.servedName" $) "release" $.Values.vllm.release
       "seed" $.Values.sidecar.canarySeed "numProblems" $.Values.sidecar.canaryNumProblems
@@ -264,6 +266,7 @@ none of them finds its report current (the Job then publishes nothing and qualif
 {{- $job := dig "job" dict .Values.qualification -}}
 {{- toJson (dict
   "image" (include "vllm-rocm.image" .) "release" (toString .Values.vllm.release) "command" .Values.vllm.command
+  "model" (toString .Values.model.name) "served" (include "vllm-rocm.servedName" .)
   "args" (include "vllm-rocm.qualifyServerArgs" . | fromJsonArray) "env" (include "vllm-rocm.vllmEnv" . | fromYamlArray)
   "gpuProduct" (toString (dig "gpuProduct" "" .Values.qualification))
   "modes" (include "vllm-rocm.qualificationCandidates" . | fromJson).modes "qualifyArgs" (default list (index $job "args"))) -}}
@@ -316,6 +319,8 @@ qualification.job.enabled needs qualification.gpuProduct: the amd.com/gpu.produc
 qualification.job.enabled with multiNode.enabled: qualify runs one node's servers; qualify a multi-node deployment by hand and give the report (qualification.report)
 {{- else if or .Values.compilation.captureSizes .Values.compilation.compilationConfig -}}
 qualification.job.enabled with compilation.captureSizes or compilation.compilationConfig: qualify sets only cudagraph_mode on its servers, so its report would prove another configuration than the one deployed; drop them, or qualify by hand and give the report
+{{- else if or (ne (int64 .Values.sidecar.canarySeed) 20251202) (ne (atoi (include "vllm-rocm.canaryLongPrompts" .)) (max 0 (min 2 (sub 13 (int .Values.sidecar.canaryNumProblems))))) -}}
+qualification.job.enabled: the report's canary baseline is recorded by qualify with seed 20251202 and its long prompts (2, within 16 requests), and the sidecar only takes a baseline of its own canary's problem set; sidecar.canarySeed={{ .Values.sidecar.canarySeed }}, canaryLongPrompts/canaryMaxRequests give {{ include "vllm-rocm.canaryLongPrompts" . }} long prompts. Keep the canary's defaults, or qualify by hand and give the report
 {{- else if not $cand.modes -}}
 qualification.job.enabled: the guard lets no cudagraph mode through for these values, so there is nothing to qualify: {{ join "; " $cand.refused }}
 {{- end -}}
