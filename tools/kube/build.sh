@@ -17,7 +17,9 @@
 #
 # The Go caches live outside the clone (${XDG_CACHE_HOME:-~/.cache}/vllm-rocm/go, or VLLM_ROCM_GO_CACHE), so a new
 # clone or `make clean` does not rebuild from nothing. A warm run does nothing: the binaries carry a stamp of what
-# built them (go.mod, go.sum, this script, the Go version) and are rebuilt only when it changes.
+# built them (go.mod, go.sum, this script, the Go version) and are rebuilt only when it changes. The built binaries
+# are kept outside the clone too, by that stamp (${XDG_CACHE_HOME:-~/.cache}/vllm-rocm/kube/<stamp>, or
+# VLLM_ROCM_KUBE_CACHE; the two newest stamps of each stay): a new clone or `make clean` copies them instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=tools/versions.env
@@ -30,6 +32,7 @@ OUT=$WORK/kube
 BIN=$OUT/bin
 CRDS=$OUT/crds
 GO_CACHE=${VLLM_ROCM_GO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-rocm/go}
+BIN_CACHE=${VLLM_ROCM_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-rocm/kube}
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 # One build at a time, and the tests that need its output wait while it runs (`make test` starts it beside the
@@ -39,6 +42,23 @@ exec 9>"$OUT/.build.lock"
 flock 9
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+# The binaries of one stamp, kept outside the clone. restore STAMP FILE...: copy them into $BIN if all are cached.
+restore() {
+  local stamp=$1 f; shift
+  for f in "$@"; do [ -x "$BIN_CACHE/$stamp/$f" ] || return 1; done
+  for f in "$@"; do cp -p "$BIN_CACHE/$stamp/$f" "$BIN/$f.tmp" && mv "$BIN/$f.tmp" "$BIN/$f"; done
+}
+# keep STAMP FILE...: store them (not in a run that throws its caches away), and drop all but the two newest stamps.
+keep() {
+  local stamp=$1 f; shift
+  [ "${VLLM_ROCM_TRIM_CACHES:-0}" = 1 ] && return 0
+  mkdir -p "$BIN_CACHE/$stamp.tmp"
+  for f in "$@"; do cp -p "$BIN/$f" "$BIN_CACHE/$stamp.tmp/$f"; done
+  rm -rf "${BIN_CACHE:?}/$stamp" && mv "$BIN_CACHE/$stamp.tmp" "$BIN_CACHE/$stamp"
+  # shellcheck disable=SC2012 # stamp directories: hex names, no spaces
+  ls -1dt "$(dirname "$BIN_CACHE/$stamp")"/*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf
+}
 die() { printf 'kube build: error: %s\n' "$*" >&2; exit 1; }
 
 command -v go >/dev/null || die "go is not on PATH: the cluster tests build Kubernetes $KUBE_BUILD_VERSION from source and need Go >= 1.26 (https://go.dev/dl/)"
@@ -64,6 +84,9 @@ fresh=1
 for b in "${BINARIES[@]}" pause; do [ -x "$BIN/$b" ] || fresh=0; done
 if [ $fresh = 1 ] && [ "$(cat "$BIN/.stamp" 2>/dev/null)" = "$stamp" ]; then
   say "Kubernetes $KUBE_BUILD_VERSION is built ($BIN)"
+elif restore "kubernetes/$stamp" "${BINARIES[@]}" pause; then
+  echo "$stamp" > "$BIN/.stamp"
+  say "Kubernetes $KUBE_BUILD_VERSION from the built-binaries cache ($BIN_CACHE/kubernetes/$stamp)"
 else
   rm -f "$BIN/.stamp"
   pkg=k8s.io/component-base/version
@@ -90,6 +113,7 @@ else
   "$BIN/kube-apiserver" --version | grep -qx "Kubernetes v$KUBE_BUILD_VERSION" \
     || die "$BIN/kube-apiserver --version says '$("$BIN/kube-apiserver" --version)', expected v$KUBE_BUILD_VERSION"
   echo "$stamp" > "$BIN/.stamp"
+  keep "kubernetes/$stamp" "${BINARIES[@]}" pause
 fi
 
 # 2. CoreDNS, the same way from its own module, with its own stamp (a CoreDNS bump rebuilds only CoreDNS).
@@ -97,6 +121,9 @@ stamp=$(cat tools/kube/coredns/go.mod tools/kube/coredns/go.sum tools/kube/build
   | sha256sum | cut -d' ' -f1)
 if [ -x "$BIN/coredns" ] && [ "$(cat "$BIN/.stamp-coredns" 2>/dev/null)" = "$stamp" ]; then
   say "CoreDNS $COREDNS_VERSION is built ($BIN/coredns)"
+elif restore "coredns/$stamp" coredns; then
+  echo "$stamp" > "$BIN/.stamp-coredns"
+  say "CoreDNS $COREDNS_VERSION from the built-binaries cache ($BIN_CACHE/coredns/$stamp)"
 else
   rm -f "$BIN/.stamp-coredns"
   start=$SECONDS
@@ -109,6 +136,7 @@ else
   [ "${version%%$'\n'*}" = "CoreDNS-$COREDNS_VERSION" ] \
     || die "$BIN/coredns -version says '$version', expected CoreDNS-$COREDNS_VERSION"
   echo "$stamp" > "$BIN/.stamp-coredns"
+  keep "coredns/$stamp" coredns
   say "  coredns built in $((SECONDS - start)) s"
 fi
 
