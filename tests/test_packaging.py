@@ -93,12 +93,12 @@ HELP = [
     ("vllm-rocm", "--help"),
     *[("vllm-rocm", c, "--help") for c in ("qualify", "qualification", "patches", "known-issues")],
     *[("vllm-rocm", "qualify", c, "--help") for c in ("run", "show", "replay")],
-    ("vllm-rocm", "qualification", "apply", "--help"),
+    *[("vllm-rocm", "qualification", c, "--help") for c in ("apply", "publish", "current")],
     *[("vllm-rocm", "patches", c, "--help") for c in ("status", "apply", "verify", "revert", "list", "known-issues")],
     ("vllm-rocm-health", "--help"),
     *[("vllm-rocm-health", c, "--help") for c in ("serve", "parse", "baseline", "qualification")],
     ("vllm-rocm-health", "baseline", "record", "--help"),
-    ("vllm-rocm-health", "qualification", "apply", "--help"),
+    *[("vllm-rocm-health", "qualification", c, "--help") for c in ("apply", "publish", "current")],
     ("vllm-rocm-patches", "--help"),
 ]
 

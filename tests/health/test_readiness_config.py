@@ -185,6 +185,47 @@ def test_qualified_means_passed() -> None:
     assert (v.ready, v.code) == (False, "mode_not_qualified") and "passed: none" in v.message
 
 
+def test_a_report_of_another_gpu_product_is_not_ready_with_or_without_a_log() -> None:
+    """--gpu-product against the report's gpu_product (Report.check_gpu_product): another product, or a product on
+    one side only, is gpu_product_not_qualified, named before anything that waits on the engine (it is a fact of
+    the deployment, and a log source is not needed to judge it). Neither side naming one: as before."""
+    raw = {
+        "kind": KIND,
+        "format": FORMAT,
+        "vllm_version": "0.26.0",
+        "served_model_name": "m",
+        "rows": [{"mode": "FULL_AND_PIECEWISE", "verdict": "pass"}],
+    }
+    running = _engine(
+        capture_finished=True, config_mode="FULL_AND_PIECEWISE", effective="FULL_AND_PIECEWISE", version="0.26.0"
+    )
+    mi300x = validate({**raw, "gpu_product": "AMD_Instinct_MI300X_OAM"})
+    assert decide(_ready_inputs(engine=running, qualification=mi300x, gpu_product="AMD_Instinct_MI300X_OAM")).ready
+    assert decide(_ready_inputs(engine=running, qualification=validate(raw))).ready  # neither names one
+    for report, product, words in (
+        (mi300x, "AMD_Instinct_MI355X_OAM", "qualified GPU product AMD_Instinct_MI300X_OAM, this deployment runs on"),
+        (mi300x, "", "this deployment's product is not known: give --gpu-product"),
+        (validate(raw), "AMD_Instinct_MI300X_OAM", "does not say which GPU product it measured"),
+    ):
+        for inputs in (
+            _ready_inputs(engine=running, qualification=report, gpu_product=product),
+            _ready_inputs(engine=_engine(), engine_seen=False, qualification=report, gpu_product=product),
+            Inputs(_engine(), True, capture_gate=False, qualification=report, gpu_product=product),
+        ):
+            v = decide(inputs)
+            assert (v.ready, v.code) == (False, "gpu_product_not_qualified") and words in v.message, v
+    assert REASONS["gpu_product_not_qualified"] == REASONS["release_not_qualified"]  # critical after 5m
+
+
+def test_the_gpu_product_flag_and_variable() -> None:
+    assert _parse([], {}).gpu_product == ""
+    env = {"VLLM_HEALTH_GPU_PRODUCT": "AMD_Instinct_MI300X_OAM"}
+    assert _parse([], env).gpu_product == "AMD_Instinct_MI300X_OAM"
+    assert _parse(["--gpu-product", "AMD_Instinct_MI355X_OAM"], env).gpu_product == "AMD_Instinct_MI355X_OAM"
+    with pytest.raises(ValueError, match="--gpu-product 'AMD Instinct MI300X': not a GPU product name"):
+        _parse(["--gpu-product", "AMD Instinct MI300X"], {})
+
+
 def _parse(argv: list[str], env: dict[str, str], canary: bool = False) -> cfgmod.SidecarConfig:
     """Parsed and validated; without `canary`, the explicit opt-out is added (the tests here are about other
     settings; the accuracy-reference rule has its own test)."""

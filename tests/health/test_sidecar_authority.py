@@ -271,6 +271,45 @@ def test_without_an_expected_mode_the_reports_recommendation_is_expected(
         assert sc.stop() == 0
 
 
+MI300X, MI355X = "AMD_Instinct_MI300X_OAM", "AMD_Instinct_MI355X_OAM"
+
+
+@pytest.mark.parametrize("given", ["flag", "env"])
+def test_a_report_of_another_gpu_product_keeps_the_pod_out(tmp_path: Path, answerer, given: str) -> None:
+    """The report measured MI300X (qualify run --gpu-product); this sidecar's pod runs on MI355X (--gpu-product, or
+    VLLM_HEALTH_GPU_PRODUCT as the chart's env would set it): 503 gpu_product_not_qualified, whatever else is
+    right (same release, mode and canary answers). The same product: Ready."""
+    import os
+
+    _, server, _ = answerer
+    report = json.loads(qualification_report(tmp_path, "FULL").read_text())
+    report.update(vllm_version="0.14.0", gpu_product=MI300X)  # the release ENGINE's log line names
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    log = tmp_path / "vllm.log"
+    log.write_text(ENGINE)  # FULL_AND_PIECEWISE, the report's recommendation
+    base = ["--vllm-url", server.url, "--log-source", f"file:{log}", "--qualification", str(path), *CANARY_FLAGS]
+
+    def sidecar(product: str, name: str) -> SidecarProcess:
+        if given == "flag":
+            return SidecarProcess([*base, "--gpu-product", product], tmp_path / name)
+        env = {**os.environ, "VLLM_HEALTH_GPU_PRODUCT": product}
+        return SidecarProcess(base, tmp_path / name, env=env)
+
+    sc = sidecar(MI355X, "other.out")
+    try:
+        body = wait_code(sc, 503, f"qualified GPU product {MI300X}, this deployment runs on {MI355X}")
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="gpu_product_not_qualified") == 1, body
+    finally:
+        assert sc.stop() == 0
+    sc = sidecar(MI300X, "same.out")
+    try:
+        wait_code(sc, 200, "ok")
+        assert sc.total("vllm_sidecar_not_ready_reason", reason="gpu_product_not_qualified") == 0
+    finally:
+        assert sc.stop() == 0
+
+
 IMAGE_0102 = (FIXTURES / "v0.10.2-image-aiter-fa-full-fp8kv.log").read_text()
 
 

@@ -225,6 +225,10 @@ def test_exit_code_follows_the_required_mode() -> None:
         (lambda r: r["rows"][0].update(verdict="maybe"), "needs a mode"),
         (lambda r: r.update(recommended="FULL"), "not a passing row"),
         (lambda r: r.update(baseline={"answers": 3}), "not a canary baseline"),
+        (lambda r: r.update(gpu_product=""), "gpu_product '' is not a GPU product name"),
+        (lambda r: r.update(gpu_product="  "), "is not a GPU product name"),
+        (lambda r: r.update(gpu_product=["AMD_Instinct_MI300X_OAM"]), "is not a GPU product name"),
+        (lambda r: r.update(gpu_product=None), "gpu_product 'None' is not a GPU product name"),
     ],
 )
 def test_malformed_reports_are_refused(mutate, error: str) -> None:
@@ -245,6 +249,45 @@ def test_choose_mode() -> None:
     report.check_served_model("smollm2-135m-instruct")
     with pytest.raises(QualificationError, match="qualify this model"):
         report.check_served_model("meta-llama/Llama-3.1-8B-Instruct")
+
+
+MI300X, MI355X = "AMD_Instinct_MI300X_OAM", "AMD_Instinct_MI355X_OAM"
+
+
+def test_check_gpu_product() -> None:
+    """A report belongs to the GPU product it measured: another product, or a product on one side only, is refused
+    with a sentence saying which; neither side naming one is today's reports and deployments, accepted."""
+    raw = json.loads((H200 / "report.json").read_text())
+    untagged = validate(raw)
+    assert untagged.gpu_product == ""
+    untagged.check_gpu_product("")
+    with pytest.raises(QualificationError) as e:
+        untagged.check_gpu_product(MI300X)
+    assert str(e.value) == (
+        f"the report does not say which GPU product it measured; qualify with --gpu-product {MI300X}"
+    )
+    tagged = validate({**raw, "gpu_product": MI300X})
+    assert tagged.gpu_product == MI300X
+    tagged.check_gpu_product(MI300X)
+    with pytest.raises(QualificationError) as e:
+        tagged.check_gpu_product(MI355X)
+    assert str(e.value) == (
+        f"the report qualified GPU product {MI300X}, this deployment runs on {MI355X}: qualify on this GPU product"
+    )
+    with pytest.raises(QualificationError) as e:
+        tagged.check_gpu_product("")
+    assert str(e.value) == (
+        f"the report qualified GPU product {MI300X}; this deployment's product is not known: give --gpu-product"
+    )
+
+
+@pytest.mark.parametrize("name", ["", " MI300X", "AMD Instinct MI300X", "MI300X_", "x" * 64, "MI300X\n"])
+def test_a_gpu_product_no_node_label_can_carry_is_refused(name: str) -> None:
+    from vllm_rocm_core.qualification import gpu_product_name
+
+    with pytest.raises(QualificationError, match="not a GPU product name as the node label"):
+        gpu_product_name(name)
+    assert gpu_product_name(MI300X) == MI300X and gpu_product_name("x" * 63) == "x" * 63
 
 
 # --- settings, --resume, CLI -------------------------------------------------------------------------------
@@ -271,6 +314,7 @@ def test_default_single_lengths_are_vllms_capture_sizes() -> None:
         ({"parallel": -1}, "--parallel must not be negative"),
         ({"kv_cache_bytes": -1}, "--kv-cache-bytes must not be negative"),
         ({"gpus": ["0", "0"]}, "--gpus names a GPU twice"),
+        ({"gpu_product": "AMD Instinct MI300X"}, "--gpu-product 'AMD Instinct MI300X': not a GPU product name"),
     ],
 )
 def test_bad_settings_are_refused(kw: dict, error: str) -> None:
@@ -330,6 +374,40 @@ def test_resume_refuses_another_runs_report(tmp_path: Path) -> None:
     cfg.server_args = "--max-num-seqs 64"
     with pytest.raises(ValueError, match="other settings"):
         Qualification(cfg, lambda _: None).run()
+
+
+def test_the_gpu_product_is_recorded_only_when_given_and_resume_keeps_it(tmp_path: Path) -> None:
+    """`--gpu-product` goes into the report as top-level gpu_product (what deployment matches against the node's
+    amd.com/gpu.product-name); without it the key is absent, as in every report before it. --resume refuses a
+    report of another product (or of none), like any other setting of the run."""
+    report = Qualification(_workdir_from_h200(tmp_path), lambda _: None).run()
+    assert "gpu_product" not in report and "gpu_product" not in report["settings"]
+
+    cfg = _workdir_from_h200(tmp_path)
+    cfg.gpu_product = "AMD_Instinct_MI300X_OAM"
+    with pytest.raises(ValueError, match="gpu_product must match"):  # the earlier run named no product
+        Qualification(cfg, lambda _: None).run()
+
+    saved = json.loads((tmp_path / "report.json").read_text())
+    (tmp_path / "report.json").write_text(json.dumps({**saved, "gpu_product": "AMD_Instinct_MI300X_OAM"}))
+    report = Qualification(cfg, lambda _: None).run()
+    assert report["gpu_product"] == "AMD_Instinct_MI300X_OAM" and report["recommended"] == "FULL_DECODE_ONLY"
+    assert validate(report).gpu_product == "AMD_Instinct_MI300X_OAM"
+    res = cli("show", str(tmp_path / "report.json"))
+    assert res.returncode == 0 and "measured on GPU product: AMD_Instinct_MI300X_OAM" in res.stdout
+    assert "GPU product" not in cli("show", str(H200 / "report.json")).stdout
+
+    cfg.gpu_product = "AMD_Instinct_MI355X_OAM"
+    with pytest.raises(ValueError, match="gpu_product must match"):
+        Qualification(cfg, lambda _: None).run()
+
+
+def test_run_takes_the_gpu_product_flag() -> None:
+    from vllm_rocm_qualify.cli import build_parser
+
+    args = build_parser().parse_args(["run", "--gpu-product", "AMD_Instinct_MI300X_OAM"])
+    assert args.gpu_product == "AMD_Instinct_MI300X_OAM"
+    assert "amd.com/gpu.product-name" in cli("run", "--help").stdout
 
 
 def test_why_it_failed_names_the_error_line() -> None:

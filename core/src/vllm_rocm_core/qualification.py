@@ -9,6 +9,7 @@ with a reason, never taken as a pass.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,22 @@ VERDICTS = ("pass", "fail", "error")
 
 class QualificationError(Exception):
     """The report cannot be used, or it refuses the mode asked for."""
+
+
+# A Kubernetes label value: the GPU product is the node label amd.com/gpu.product-name (AMD's node labeller), e.g.
+# AMD_Instinct_MI300X_OAM, and a Job or Deployment selects nodes by it.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def gpu_product_name(name: str, flag: str = "--gpu-product") -> str:
+    """`name` when it can be a value of the node label amd.com/gpu.product-name; else refuse, naming `flag`. A
+    product that no node label can carry would never match a node, and is a typo to say at once."""
+    if not _LABEL_VALUE.fullmatch(name):
+        raise QualificationError(
+            f"{flag} {name[:80]!r}: not a GPU product name as the node label amd.com/gpu.product-name carries it "
+            "(e.g. AMD_Instinct_MI300X_OAM: letters, digits, '-', '_', '.', at most 63)"
+        )
+    return name
 
 
 def compilation_config(mode: str) -> str:
@@ -51,6 +68,12 @@ class Report:
     @property
     def vllm_version(self) -> str:
         return str(self.raw.get("vllm_version", ""))
+
+    @property
+    def gpu_product(self) -> str:
+        """The GPU product the report measured (`qualify run --gpu-product`, the node label
+        amd.com/gpu.product-name); "" when the report does not say (reports from before the flag)."""
+        return str(self.raw.get("gpu_product", ""))
 
     @property
     def baseline(self) -> dict[str, Any] | None:
@@ -104,6 +127,25 @@ class Report:
                 f"serves {served_model_name!r}: qualify this model"
             )
 
+    def check_gpu_product(self, product: str) -> None:
+        """A result belongs to the GPU it measured: graph capture and kernels differ between products, so a report
+        for another one (or one that does not say, where the deployment names its product) is refused. Neither
+        naming one is accepted: a report and a deployment from before GPU products were recorded."""
+        if self.gpu_product and product and self.gpu_product != product:
+            raise QualificationError(
+                f"the report qualified GPU product {self.gpu_product}, this deployment runs on {product}: qualify on "
+                "this GPU product"
+            )
+        if product and not self.gpu_product:
+            raise QualificationError(
+                f"the report does not say which GPU product it measured; qualify with --gpu-product {product}"
+            )
+        if self.gpu_product and not product:
+            raise QualificationError(
+                f"the report qualified GPU product {self.gpu_product}; this deployment's product is not known: "
+                "give --gpu-product"
+            )
+
 
 def validate(raw: Any, source: str = "report", deployable: bool = True) -> Report:
     """The structure deployment relies on; everything else in the report is for people. `deployable=False` is for
@@ -120,6 +162,8 @@ def validate(raw: Any, source: str = "report", deployable: bool = True) -> Repor
         # A result belongs to the release and model it measured: a report that does not say which is no proof.
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise QualificationError(f"{source}: {key} is missing: the report must say what it qualified")
+    if "gpu_product" in raw and not (isinstance(raw["gpu_product"], str) and raw["gpu_product"].strip()):
+        raise QualificationError(f"{source}: gpu_product {str(raw['gpu_product'])[:80]!r} is not a GPU product name")
     rows = raw.get("rows")
     if not isinstance(rows, list) or not rows:
         raise QualificationError(f"{source}: no rows")

@@ -266,6 +266,7 @@ class Sidecar:
                     else None,
                     log_grace=self.cfg.log_grace,
                     qualification=self.qualification,
+                    gpu_product=self.cfg.gpu_product,
                     known_issues_error=ki_error,
                     blocking_issues=tuple(blocking),
                     arch_undecided=undecided,

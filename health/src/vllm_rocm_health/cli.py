@@ -23,6 +23,8 @@ logprob fingerprint, mixed prefill+decode traffic, after-idle probe) compared wi
   parse FILE...     offline: what a vLLM log says, as JSON
   baseline record   take a canary baseline from a known-good server
   qualification apply   check a `vllm-rocm qualify` report and write what deployment takes from it
+  qualification publish|current   write a checked report into the ConfigMap a Deployment mounts, or say whether
+                    the one there still qualifies what is deployed (the chart's qualification Job)
 
 Every serve flag has an environment variable VLLM_HEALTH_<FLAG> (e.g. VLLM_HEALTH_CANARY_INTERVAL).
 """

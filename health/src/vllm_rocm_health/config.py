@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from vllm_rocm_core.qualification import QualificationError, gpu_product_name
 from vllm_rocm_known_issues.evaluator import MODES
 
 from . import logsource
@@ -49,6 +50,15 @@ class SidecarConfig:
         metadata={  # noqa: UP045 - the flag generator reads Optional
             "help": "a `qualify` report: its baseline (unless --canary-baseline is given) and the modes it passed "
             "(running a mode it failed is 503 mode_failed_qualification, one it did not pass mode_not_qualified)"
+        },
+    )
+    gpu_product: str = field(
+        default="",
+        metadata={
+            "help": "the GPU product this pod runs on, as the node label amd.com/gpu.product-name names it (e.g. "
+            "AMD_Instinct_MI300X_OAM; the product the pod's node selector requires). With --qualification, a "
+            "report measured on another product, a report naming no product while this is given, or one naming a "
+            "product while this is not, makes /readyz 503 (gpu_product_not_qualified)"
         },
     )
     allow_known_issues: str = field(
@@ -240,6 +250,11 @@ def validate(cfg: SidecarConfig) -> None:
         raise ValueError("--no-canary-enabled with --canary-baseline: say one or the other")
     if cfg.qualification and not os.path.isfile(cfg.qualification):
         raise ValueError(f"--qualification {cfg.qualification!r}: no such file")
+    if cfg.gpu_product:
+        try:
+            gpu_product_name(cfg.gpu_product)
+        except QualificationError as e:
+            raise ValueError(str(e)) from e
     for iid in allow_list(cfg):
         if not _ID.fullmatch(iid):
             raise ValueError(f"--allow-known-issues: {iid!r} is not a known-issue id")

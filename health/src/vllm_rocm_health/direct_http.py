@@ -16,6 +16,7 @@ resolver touches."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -56,16 +57,41 @@ def isolate(environ: MutableMapping[str, str]) -> list[str]:
     return names
 
 
-def kubernetes_core_api() -> Any:
+def in_cluster(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process runs in a pod: the kubelet sets KUBERNETES_SERVICE_HOST in every container."""
+    return bool((os.environ if environ is None else environ).get("KUBERNETES_SERVICE_HOST"))
+
+
+def kubernetes_core_api(kubeconfig_outside_cluster: bool = False) -> Any:
     """The in-cluster Kubernetes API (CoreV1Api) without the environment's proxy: the client reads
     HTTPS_PROXY / NO_PROXY into its Configuration (`getproxies()` in `Configuration.__init__`, kubernetes 37.0.2).
     The API server is reached over TLS checked against the service account's CA either way; a proxy could only
-    withhold the log or the Events, and the sidecar's inputs should not depend on one."""
+    withhold the log or the Events, and the sidecar's inputs should not depend on one.
+
+    `kubeconfig_outside_cluster`: for the operator commands (`vllm-rocm qualification publish|current`), which also
+    run from a workstation: outside a pod (no KUBERNETES_SERVICE_HOST) the kubeconfig is read instead, as kubectl
+    reads it (KUBECONFIG, else ~/.kube/config; its current context). The environment's proxy is ignored there too;
+    a `proxy-url` the kubeconfig's cluster names is that file's explicit setting and is used. In a pod the service
+    account is always used (a kubeconfig is never a fallback for broken in-cluster credentials). The serving
+    sidecar never passes it: its clients are in-cluster only.
+    Raises RuntimeError saying what is missing when no configuration can be loaded."""
     from kubernetes import client as k8s
     from kubernetes import config
 
     configuration = k8s.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
-    configuration.proxy = None  # the setter also stops the host setter from re-reading the environment
+    # Before loading: the proxy setter also stops the host setter from re-reading the environment.
+    configuration.proxy = None
     configuration.no_proxy = None
+    try:
+        if kubeconfig_outside_cluster and not in_cluster():
+            config.load_kube_config(client_configuration=configuration, persist_config=False)
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+    except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as e:
+        where = (
+            f"the kubeconfig ({os.environ.get('KUBECONFIG') or '~/.kube/config'})"
+            if kubeconfig_outside_cluster and not in_cluster()
+            else "the pod's service account (in-cluster configuration)"
+        )
+        raise RuntimeError(f"no Kubernetes API configuration from {where}: {e}") from e
     return k8s.CoreV1Api(k8s.ApiClient(configuration))

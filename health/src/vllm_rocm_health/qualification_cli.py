@@ -11,6 +11,7 @@ from pathlib import Path
 from vllm_rocm_core.qualification import QualificationError, compilation_config, load
 
 from .canary.baseline import Baseline, BaselineError
+from .qualification_publish import add_publish_parsers
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,12 @@ def add_qualification_parser(subparsers: argparse._SubParsersAction) -> None:
         help="use a qualification report (vllm-rocm qualify) in a deployment",
         description="A qualification report says which cudagraph modes gave right answers on a node and which "
         "one was fastest. `apply` refuses a mode the report did not pass, then writes the mode, a "
-        "vLLM --config file carrying it, and the report's canary baseline.",
+        "vLLM --config file carrying it, and the report's canary baseline. `publish` writes a report that "
+        "qualifies what is deployed into the ConfigMap a Deployment mounts; `current` says whether the one there "
+        "still does.",
     )
     sub = p.add_subparsers(dest="qualification_command", required=True)
+    add_publish_parsers(sub)
     ap = sub.add_parser("apply", help="check a report and write the mode, vLLM config and baseline it gives")
     ap.add_argument("--report", type=Path, required=True, help="report JSON written by `vllm-rocm qualify run`")
     ap.add_argument(

@@ -1,8 +1,8 @@
 """When the sidecar lets traffic in. Ready only when everything that must be known is known and right: every
 worker loop alive and making progress; the engine that runs is the one the deployment asked for (its cudagraph
-mode, no unmitigated verified known issue, no mode the qualification failed, the release it measured), up with
-its graphs captured (or running without graphs); vLLM answering /health; and a recent canary pass measured on this
-very engine instance.
+mode, no unmitigated verified known issue, no mode the qualification failed, the release and GPU product it
+measured), up with its graphs captured (or running without graphs); vLLM answering /health; and a recent canary pass
+measured on this very engine instance.
 Pure function of one snapshot, so every rule is testable; the first rule that is not met is the reason."""
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ REASONS: dict[str, HeldOut] = {
     "mode_failed_qualification": HeldOut(CRITICAL, "5m"),
     "mode_not_qualified": HeldOut(CRITICAL, "5m"),
     "release_not_qualified": HeldOut(CRITICAL, "5m"),
+    "gpu_product_not_qualified": HeldOut(CRITICAL, "5m"),
     "log_source_down": HeldOut(WARNING, "15m"),
     "log_format_unknown": HeldOut(CRITICAL, "5m"),
     "capture_pending": HeldOut(WARNING, "45m"),
@@ -86,6 +87,7 @@ class Inputs:
     healthy_for: float | None = None
     log_grace: float = 60.0
     qualification: Report | None = None  # the deployment's qualification report, when it has one
+    gpu_product: str = ""  # the GPU product this pod runs on (--gpu-product); "" = not said
     known_issues_error: str = ""  # the known issues could not be judged for this engine
     blocking_issues: tuple[str, ...] = ()  # "id: title" of each verified, active, unmitigated, not allowed row
     # Rows of that kind that only the unknown GPU architecture leaves open, and what was seen of the GPU.
@@ -108,6 +110,13 @@ def decide(i: Inputs) -> Verdict:
     if e.failures:
         what = "the engine died under the running server" if e.failures == {"engine_died"} else "engine start failed"
         return Verdict(False, "engine_failed", f"{what}: " + ", ".join(sorted(e.failures)))
+    if i.qualification is not None:
+        # A fact of the deployment, not of the log: judged with or without a log source, before anything waits on
+        # the engine (a report of another GPU product stays wrong however long the engine takes to start).
+        try:
+            i.qualification.check_gpu_product(i.gpu_product)
+        except QualificationError as exc:
+            return Verdict(False, "gpu_product_not_qualified", str(exc))
     # `not healthy_for <= grace`-style: an unknown (None) time has not passed the grace.
     log_overdue = i.healthy_for is not None and i.healthy_for > i.log_grace
     if i.capture_gate:

@@ -16,6 +16,9 @@ commands:
                             image and model; writes the report the chart and compose deploy
   qualification apply       check a qualification report and write what a deployment takes from it
                             (the compose gate runs this in the sidecar image)
+  qualification publish|current
+                            write a checked report into the ConfigMap a Deployment mounts, or say whether the
+                            one there still qualifies this release, model and GPU product (the chart's Job)
   patches COMMAND           the patch series against an installed vLLM: status, apply, verify, revert, list
   known-issues [CONFIG]     the known CUDA/HIP-graph bugs, or those a configuration hits (exit 1 when a
                             verified wrong_tokens / crash issue applies unmitigated)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_rocm_core.qualification import QualificationError, gpu_product_name
 from vllm_rocm_known_issues.evaluator import MODES
 
 from .ranking import DEFAULT_TIE_MARGIN, TIE_ORDER
@@ -67,6 +68,15 @@ class QualifyConfig:
         default="",
         metadata={
             "help": "the name the server answers to (also the canary baseline's model); empty: the --model value"
+        },
+    )
+    gpu_product: str = field(
+        default="",
+        metadata={
+            "help": "the GPU product qualified, as the node label amd.com/gpu.product-name names it (e.g. "
+            "AMD_Instinct_MI300X_OAM): recorded in the report as gpu_product, which the sidecar "
+            "(--gpu-product) and `vllm-rocm qualification publish` then require to match the deployment's; "
+            "empty: the report names no product"
         },
     )
     command: str = field(
@@ -257,3 +267,8 @@ class QualifyConfig:
         for e in self.env:
             if "=" not in e:
                 raise ValueError(f"--env {e!r}: expected KEY=VALUE")
+        if self.gpu_product:
+            try:
+                gpu_product_name(self.gpu_product)
+            except QualificationError as e:
+                raise ValueError(str(e)) from e

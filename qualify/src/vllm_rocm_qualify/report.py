@@ -156,6 +156,8 @@ def table(report: dict[str, Any]) -> str:
         if r.get("downgraded"):
             lines.append(f"{r['mode']}: ran as {r.get('effective_mode')} ({r.get('downgrade_reason') or 'downgraded'})")
     lines += _ranking_lines(report)
+    if report.get("gpu_product"):
+        lines.append(f"measured on GPU product: {report['gpu_product']}")
     return "\n".join(lines)
 
 

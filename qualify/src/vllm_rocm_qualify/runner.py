@@ -125,8 +125,12 @@ class Qualification:
                 self.say(f"--resume: no finished reference in {self.workdir}; starting from the beginning")
             return {}
         old = json.loads(path.read_text())
-        if any(old.get(k) != getattr(self.cfg, k) for k in _SAME_RUN):
-            raise ValueError(f"--resume: {path} was made with other settings ({', '.join(_SAME_RUN)} must match)")
+        if any(old.get(k) != getattr(self.cfg, k) for k in _SAME_RUN) or old.get("gpu_product", "") != (
+            self.cfg.gpu_product
+        ):
+            raise ValueError(
+                f"--resume: {path} was made with other settings ({', '.join(_SAME_RUN)}, gpu_product must match)"
+            )
         self.reference = json.loads(ref_path.read_text())
         self.report["baseline"] = old.get("baseline")
         self.report["vllm_version"] = old.get("vllm_version", "")
@@ -150,7 +154,7 @@ class Qualification:
         settings = {
             k: (str(v) if isinstance(v, Path) else v)
             for k, v in dataclasses.asdict(cfg).items()
-            if k not in _SAME_RUN + ("workdir", "out", "resume", "env")
+            if k not in _SAME_RUN + ("workdir", "out", "resume", "env", "gpu_product")
         }
         self.report = rep.new(
             {
@@ -158,6 +162,8 @@ class Qualification:
                 "machine": describe(),
                 "vllm_version": "",
                 **{k: getattr(cfg, k) for k in _SAME_RUN},
+                # What it measured on, when said: deployment refuses the report on another GPU product.
+                **({"gpu_product": cfg.gpu_product} if cfg.gpu_product else {}),
                 "env": sorted(cfg.env),
                 "settings": settings,
                 "reference_runs": [],
