@@ -14,8 +14,10 @@ import shlex
 from pathlib import Path
 
 import pytest
+import tomllib
 from vllm_rocm_stack import generate
 
+from tests.support import product_wheel
 from tests.support.dockerfiles import VAR, Parsed, parse, resolve, stage_values
 from tests.support.repo import DOCKER, DOCKERFILES, REPO, VLLM_DOCKERFILES
 
@@ -30,7 +32,12 @@ OCI_LABELS = {
     "org.opencontainers.image.revision",
     "org.opencontainers.image.version",
 }
-VLLM_LABELS = {"io.vllm-rocm.vllm-release", "io.vllm-rocm.patch-series", "io.vllm-rocm.patch-series-sha256"}
+VLLM_LABELS = {
+    "io.vllm-rocm.vllm-release",
+    "io.vllm-rocm.patch-series",
+    "io.vllm-rocm.patch-series-sha256",
+    "io.vllm-rocm.tools",
+}
 # ARGs a build must be given: the base digest, when the default release's base has none verified (releases.json;
 # docker-bake.hcl names the variable that fills it). A placeholder stands in for it where a test resolves FROM.
 _DEFAULT, _SPECS = gen_bake.load_matrix()
@@ -198,9 +205,53 @@ def test_vllm_image_runtime(dockerfile: Path) -> None:
     assert "8000" in [i["value"] for i in final.instructions if i["instruction"] == "EXPOSE"]
 
 
+@pytest.mark.parametrize("dockerfile", VLLM_DOCKERFILES, **IDS)
+def test_vllm_tools_stage_builds_the_sidecars_wheel(dockerfile: Path) -> None:
+    """The vLLM images' `vllm-rocm` is the product wheel the sidecar image installs: the tools stage (the first) is
+    FROM the same pinned python as docker/health/Dockerfile, COPYs exactly what its build stage COPYs (the list
+    tests/support/product_wheel.py builds tests/test_packaging.py's wheel from) and builds it the same way, with the
+    same hash-locked build tools."""
+    p, health = parse(dockerfile), parse(DOCKER / "health" / "Dockerfile")
+    tools = p.stages[0]
+    assert tools.base == health.stages[0].base == "${PYTHON_IMAGE}@${PYTHON_DIGEST}"
+    assert "AS tools" in p.lines[[i for i, line in enumerate(p.lines) if line.startswith("FROM ")][0]]
+    for arg in ("PYTHON_IMAGE", "PYTHON_DIGEST"):
+        assert p.global_args[arg] == health.global_args[arg], f"{arg}: not docker/health/Dockerfile's pin"
+    assert product_wheel.build_stage_sources(dockerfile) == product_wheel.build_stage_sources()
+    copies = [i["value"] for i in tools.instructions if i["instruction"] == "COPY"]
+    assert "docker/health/build-requirements.lock ./" in copies
+    runs = " ".join(i["value"] for i in tools.instructions if i["instruction"] == "RUN")
+    assert runs.count("--require-hashes") == 2 and "-r build-requirements.lock" in runs
+    assert "pip wheel --no-deps --no-build-isolation --wheel-dir /build/dist ." in runs
+
+
+@pytest.mark.parametrize("dockerfile", VLLM_DOCKERFILES, **IDS)
+def test_vllm_image_installs_vllm_rocm_into_vllms_python(dockerfile: Path) -> None:
+    """The final stage installs the tools stage's wheel into VLLM_PYTHON offline, without dependencies (qualify's
+    third-party imports are vLLM's own), and the same RUN fails the build unless `vllm-rocm qualify run` parses and
+    the qualification runner imports; the label names the version the build checked."""
+    p = parse(dockerfile)
+    final = p.stages[-1]
+    copies = [i["value"] for i in final.instructions if i["instruction"] == "COPY"]
+    assert "--from=tools /build/dist/ /tmp/vllm-rocm-tools/" in copies
+    [run] = [i["value"] for i in final.instructions if i["instruction"] == "RUN" and "vllm_rocm_dist-" in i["value"]]
+    run = " ".join(run.split())
+    assert '"${VLLM_PYTHON}" "$1/pip" install --no-deps --no-index' in run
+    for check in (
+        "vllm-rocm qualify run --help >/dev/null",
+        '"${VLLM_PYTHON}" -c "import vllm_rocm_qualify.runner"',
+        '= "${TOOLS_VERSION}"',
+        '"$(dirname "$(command -v vllm-rocm)")" = "$(dirname "$(command -v vllm)")"',
+    ):
+        assert check in run, f"the build-time self-test does not run {check}"
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert final.args["TOOLS_VERSION"] == version, "TOOLS_VERSION's default is pyproject.toml's version"
+    assert _labels(p)["io.vllm-rocm.tools"] == "vllm-rocm ${TOOLS_VERSION}"
+
+
 def test_source_build_patches_the_source_tree_before_building() -> None:
     p = parse(DOCKER / "vllm-rocm" / "Dockerfile.source")
-    build = p.stages[0]
+    build = p.stages[1]  # after the tools stage
     runs = [i["value"] for i in build.instructions if i["instruction"] == "RUN"]
     fetch = next(i for i, r in enumerate(runs) if "pip download --no-deps --no-binary :all:" in r)
     patch = next(i for i, r in enumerate(runs) if "apply-patches.sh --target /src/vllm --release" in r)

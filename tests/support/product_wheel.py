@@ -2,15 +2,16 @@
 temporary directory outside the checkout, used from a directory outside the checkout.
 
 `build(dest)` copies exactly what docker/health/Dockerfile's build stage COPYs (read from the Dockerfile, so the two
-cannot drift) and runs the same `pip wheel --no-deps --no-build-isolation`. `install(wheel, dest)` makes a venv
-without pip, installs the wheel with the project venv's pip (`--no-deps --no-index`: offline) and gives it the
-locked third-party dependencies (requirements/dev.lock, already installed in the project venv) through a `.pth` line
-naming the project venv's site-packages: that directory's own `.pth` files (the project's editable install) are not
-processed from there, so the product's modules can only come from the wheel (`Install.origin` checks it).
-"""
+cannot drift; the vLLM Dockerfiles' tools stage copies the same, so their `vllm-rocm` is this wheel too) and runs the
+same `pip wheel --no-deps --no-build-isolation`. `install(wheel, dest)` makes a venv without pip, installs the wheel
+with the project venv's pip (`--no-deps --no-index`: offline) and gives it the locked third-party dependencies
+(requirements/dev.lock, already installed in the project venv) through a `.pth` line naming the project venv's
+site-packages: that directory's own `.pth` files (the project's editable install) are not processed from there, so the
+product's modules can only come from the wheel (`Install.origin` checks it)."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -30,9 +31,11 @@ SCRUBBED_PREFIXES = ("VLLM_ROCM_", "VLLM_HEALTH_")
 
 
 def build_stage_sources(dockerfile: Path = DOCKERFILE) -> list[str]:
-    """The repository paths the sidecar image's build stage COPYs to build the wheel (the locks excepted: they are
-    the image's pinned dependencies, not part of the wheel)."""
-    parser = DockerfileParser(str(dockerfile))
+    """The repository paths the first stage of `dockerfile` COPYs to build the wheel (the locks excepted: they are
+    the image's pinned dependencies, not part of the wheel): the sidecar image's build stage, or the vLLM
+    Dockerfiles' tools stage (tests/docker/test_dockerfiles.py holds the two lists equal)."""
+    # fileobj: given a path, dockerfile-parse treats a name other than "Dockerfile" as a directory
+    parser = DockerfileParser(fileobj=io.BytesIO(dockerfile.read_bytes()))
     sources: list[str] = []
     stage = -1
     for ins in parser.structure:

