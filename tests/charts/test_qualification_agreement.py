@@ -131,6 +131,10 @@ def report_cases() -> list[tuple[str, str, str]]:
         "PIECEWISE",
     )
     add("NONE errored", lambda r: r["rows"][0].update(verdict="error", verdict_reason="did not start"), "NONE")
+    # gpu_product: optional, but when present a product name (deleted is the recorded report: valid).
+    for v in [*WRONG, "  "]:
+        add(f"gpu_product={json.dumps(v)}", _set(("gpu_product",), v))
+    add("gpu_product named", _set(("gpu_product",), "AMD_Instinct_MI300X_OAM"))
     add("served_model_name other", _set(("served_model_name",), "llama"))
     add("vllm_version other", _set(("vllm_version",), "0.14.0"))
     add("vllm_version dev build", _set(("vllm_version",), "0.26.0.dev1"))

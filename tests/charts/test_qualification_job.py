@@ -214,6 +214,10 @@ def test_a_report_for_another_gpu_product_is_refused_and_its_own_pins_the_pods()
     docs = render({**match, "qualification.report": named}, reference=False)
     assert pod_spec(docs)["nodeSelector"] == {LABEL: "NVIDIA_H200"}
     assert arg_value(container(pod_spec(docs), "health")["args"], "--gpu-product") == "NVIDIA_H200"
+    # A product given for a report that names none: the sidecar could not check it, so neither renders.
+    err = render_error({**match, "qualification.report": REPORT.read_text(), "qualification.gpuProduct": PRODUCT},
+                       reference=False)  # fmt: skip
+    assert "does not say which GPU product it measured" in err, err
     # The older spelling still reads, and a report that names no product pins nothing.
     docs = render({**match, "qualification": REPORT.read_text()}, reference=False)
     assert "nodeSelector" not in pod_spec(docs)

@@ -25,6 +25,8 @@ served (the served model name), release (vllm.release), seed and numProblems (th
 {{- else if not (and (eq (toString (index $r "kind")) "vllm-rocm-qualification") (kindIs "string" (index $r "kind"))
                      (kindIs "float64" (index $r "format")) (eq (index $r "format") 1.0)) -}}
 {{- $p = printf "not a qualification report of format 1 (kind %s, format %s)" (toJson (index $r "kind")) (toJson (index $r "format")) -}}
+{{- else if and (hasKey $r "gpu_product") (not (and (kindIs "string" (index $r "gpu_product")) (trim (toString (index $r "gpu_product"))))) -}}
+{{- $p = printf "gpu_product %s is not a GPU product name" (trunc 80 (toJson (index $r "gpu_product"))) -}}
 {{- else if not (and (kindIs "slice" $r.rows) (gt (len $r.rows) 0)) -}}
 {{- $p = "the report has no rows" -}}
 {{- else -}}
@@ -182,7 +184,7 @@ start otherwise. It differs from the requested mode when the compilation setting
 {{- $_ := set $src "problem" (printf "qualification: give one source of the qualification, not %s (the Job publishes the ConfigMap the deployment reads; a report file or an existing ConfigMap replaces the Job)" (join " and " $given)) -}}
 {{- end -}}
 {{- /* A report that names its GPU product: the deployment must be for that product. */ -}}
-{{- if $src.report -}}
+{{- if and $src.report (not $src.problem) -}}
 {{- $r := fromJson (toString $src.report) -}}
 {{- $rp := index $r "gpu_product" -}}
 {{- if and (kindIs "string" $rp) $rp -}}
@@ -191,6 +193,8 @@ start otherwise. It differs from the requested mode when the compilation setting
 {{- else if ne $src.gpuProduct $rp -}}
 {{- $_ := set $src "problem" (printf "qualification: the report was measured on GPU product %s, qualification.gpuProduct is %s; qualify on a node of the product you deploy to" $rp $src.gpuProduct) -}}
 {{- end -}}
+{{- else if and $src.gpuProduct (not (hasKey $r "Error")) -}}
+{{- $_ := set $src "problem" (printf "qualification: qualification.gpuProduct is %s, but the report does not say which GPU product it measured (the sidecar would refuse it): qualify with --gpu-product %s" $src.gpuProduct $src.gpuProduct) -}}
 {{- end -}}
 {{- end -}}
 {{- if and $src.configMap (not $src.problem) .Values.multiNode.enabled -}}
