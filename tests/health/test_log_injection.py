@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from vllm_rocm_health import logparse
 from vllm_rocm_health.app import Sidecar
@@ -118,10 +118,16 @@ def test_every_engine_line_injected_everywhere_changes_nothing(path: Path) -> No
 )
 def test_client_text_at_any_position_changes_nothing(log: Path, texts: list[str], where: list[int]) -> None:
     lines = log.read_text().splitlines()
+    # Any position a client can write at: after vLLM's first engine line (its API server listens only once the
+    # engine is up, and a container's log starts with vLLM's own start). Before it, a forged engine line would be
+    # the first one there is (found by this test at position 0: a log no client could have written into yet).
+    first = next((i for i, line in enumerate(lines) if "Initializing a V1 LLM engine" in line), None)
+    assume(first is not None)
+    assert first is not None
     clean = summary(lines)
     noisy = list(lines)
     for text, pos in zip(texts, where, strict=False):
-        at = pos % (len(noisy) + 1)
+        at = first + 1 + pos % (len(noisy) - first)
         # A client's line goes between vLLM's lines, never inside one (each write is a whole line).
         noisy[at:at] = injected(text)
     assert summary(noisy) == clean

@@ -119,8 +119,12 @@ def needed(sources: dict[str, str]) -> set[tuple[str, str, str]]:
     return {rbac_of(*request_of(cls, method)) for cls, method in api_calls(sources)}
 
 
+# `vllm-rocm qualification publish/current`: run by the qualification Job under its own Role, never by the sidecar.
+PUBLISH_SRC = SIDECAR_SRC / "qualification_publish.py"
+
+
 def sidecar_sources() -> dict[str, str]:
-    files = sorted(SIDECAR_SRC.rglob("*.py"))
+    files = sorted(f for f in SIDECAR_SRC.rglob("*.py") if f != PUBLISH_SRC)
     assert files, SIDECAR_SRC
     return {str(f.relative_to(ROOT)): f.read_text() for f in files}
 
@@ -192,3 +196,24 @@ def test_the_reading_finds_calls_and_their_rbac(source: str, expected: set[tuple
 def test_a_computed_method_name_is_refused() -> None:
     with pytest.raises(AssertionError, match="getattr"):
         api_calls({"m.py": "from kubernetes import client\napi = client.CoreV1Api()\ngetattr(api, 'read_' + x)()"})
+
+
+def test_qualification_job_role_grants_exactly_the_calls_publish_makes() -> None:
+    """The Job's Role (templates/qualification-job.yaml) against what `qualification publish/current` call; get and
+    update only on the one ConfigMap the Job writes (create cannot be limited to a name)."""
+    # With the module that makes the API object (the reading counts calls on the classes the code instantiates).
+    maker = SIDECAR_SRC / "direct_http.py"
+    need = needed({str(f.relative_to(ROOT)): f.read_text() for f in (PUBLISH_SRC, maker)})
+    assert need, "found no API call in qualification_publish.py: the reading read nothing"
+    values = {"qualification.job.enabled": True, "qualification.gpuProduct": "AMD_Instinct_MI300X_OAM"}
+    docs = render(values, reference=False)
+    job = kinds(docs)["Job"][0]
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    role = next(r for r in kinds(docs)["Role"] if r["metadata"]["name"] == account)
+    name = job["metadata"]["annotations"]["vllm-rocm/qualification-configmap"]
+    grant = set()
+    for rule in role["rules"]:
+        assert rule.get("resourceNames") in (None, [name]), rule
+        assert "create" not in rule["verbs"] or "resourceNames" not in rule, rule
+        grant |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert grant == need, f"granted, never used: {sorted(grant - need)}; used, not granted: {sorted(need - grant)}"
