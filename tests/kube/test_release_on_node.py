@@ -679,10 +679,15 @@ JOB = f"{FULLNAME}-qualify"
 
 
 def job_logs(cluster: NodeCluster) -> str:
-    r = cluster.kubectl("logs", "-n", NS, f"job/{JOB}", "--all-containers", "--tail=60", check=False)
-    pods = cluster.kubectl("get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=qualification", "-o", "wide",
-                           check=False)  # fmt: skip
-    return f"the qualification Job's pods:\n{pods.stdout}\nits logs:\n{r.stdout}{r.stderr}"
+    """The Job's pods and each step's log (one by one: `--all-containers` refuses a pod whose later step never
+    started, which is how a failed step leaves it)."""
+    selector = "app.kubernetes.io/component=qualification"
+    pods = cluster.kubectl("get", "pods", "-n", NS, "-l", selector, "-o", "wide", check=False)
+    out = [f"the qualification Job's pods:\n{pods.stdout}{pods.stderr}"]
+    for step in ("current", "qualify", "publish"):
+        r = cluster.kubectl("logs", "-n", NS, "-l", selector, "-c", step, "--tail=40", check=False)
+        out.append(f"step {step}:\n{r.stdout}{r.stderr}")
+    return "\n".join(out)
 
 
 def test_qualification_job_deploys_its_mode_and_a_failed_one_changes_nothing(

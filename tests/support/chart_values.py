@@ -188,6 +188,14 @@ FEATURES: dict[str, dict[str, Any]] = {
         "qualification": REPORT.read_text(),
         "sidecar.canaryLongPrompts": 0,
     },
+    # The qualification Job (hooks: ServiceAccount, Role with a resourceName, RoleBinding, Job with init containers)
+    # and the Deployment that takes its mode from a ConfigMap (configMapKeyRef env, the report mounted).
+    "qualification-job": {
+        "qualification.job.enabled": True,
+        "qualification.gpuProduct": "AMD_Instinct_MI300X_OAM",
+        "qualification.job.resources": {"limits": {"amd.com/gpu": 1, "memory": "64Gi"}},
+    },
+    "qualification-configmap": {"qualification.fromConfigMap": "qual-1"},
     "prometheus-rule-matcher": {
         "metrics.prometheusRule.enabled": True,
         "metrics.prometheusRule.jobMatcher": 'job="my-health"',

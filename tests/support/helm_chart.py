@@ -66,9 +66,9 @@ def baseline_for(
 
 def with_reference(values: dict[str, Any] | None) -> dict[str, Any]:
     """`values`, plus a canary baseline for their served model when they name no accuracy reference (no canary.*
-    key, no qualification report)."""
+    key, no qualification.* key)."""
     values = dict(values or {})
-    if any(k in ("canary", "qualification") or k.startswith("canary.") for k in values):
+    if any(k in ("canary", "qualification") or k.startswith(("canary.", "qualification.")) for k in values):
         return values
     from vllm_rocm_health.canary.config import CanaryConfig
     from vllm_rocm_health.canary.runner import budget
