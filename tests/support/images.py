@@ -5,14 +5,19 @@ cluster tests (tests/kube), which run the same images under podman and under a k
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from vllm_rocm_stack import kube_build
+from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.generate import gen_bake
 from vllm_rocm_stack.images.build import default_targets
-from vllm_rocm_stack.images.standin import cpu_release
+from vllm_rocm_stack.images.standin import cpu_build_needs, cpu_release
 
 REPO = Path(__file__).resolve().parents[2]
 # A cold build (debootstrap, the vLLM wheel, the sidecar's dependencies from PyPI) took ~2.5 min on 2 busy
@@ -31,6 +36,35 @@ def _patched_target() -> str:
 
 
 PATCHED_TARGET = _patched_target()
+# What the Kubernetes build's Go caches may still grow by before it ends and removes them (~6 GB in all).
+GO_CACHE_GROWTH = 6_000_000_000
+# The lines of a failed build's log that say why, best first: the disk running out, buildah's or pip's error, a
+# command that failed.
+_REASONS = (re.compile(r"[Nn]o space left"), re.compile(r"(^Error: |\berror: )"), re.compile(r"\bfailed \(\d+\)"))
+
+
+def _make_room_for_the_serving_stand_in() -> None:
+    """A run that trims its caches (CI: VLLM_ROCM_TRIM_CACHES=1) removes the Kubernetes build's Go caches when the
+    build ends. The serving stand-in's build needs ~16 GB at once (standin.cpu_build_needs); when the disk has less
+    than that plus what the Go caches may still take, wait for the build to end rather than fail for want of space
+    (it happened: CI's machine had ~35 GB free)."""
+    if os.environ.get("VLLM_ROCM_TRIM_CACHES") != "1" or not kube_build.running():
+        return
+    free, need = shutil.disk_usage(WORK).free, cpu_build_needs() + GO_CACHE_GROWTH
+    if free < need:
+        print(f"{free / 1e9:.1f} GB free, the image builds want ~{need / 1e9:.0f} GB while the Kubernetes build runs")
+        kube_build.wait()
+        print(f"{shutil.disk_usage(WORK).free / 1e9:.1f} GB free after the Kubernetes build")
+
+
+def _reason(log_text: str) -> str:
+    """The line of a build log that says best why it failed ("" if none does)."""
+    lines = log_text.splitlines()
+    for pattern in _REASONS:
+        found = [line.strip() for line in lines if pattern.search(line)]
+        if found:
+            return found[-1]
+    return ""
 
 
 def build_images(out: Path) -> dict:
@@ -39,6 +73,7 @@ def build_images(out: Path) -> dict:
     test that needs it, with the failing step and the log's tail."""
     manifest, log = out / "manifest.json", out / "build.log"
     targets = list(dict.fromkeys([*default_targets(), CPU_TARGET, PATCHED_TARGET]))
+    _make_room_for_the_serving_stand_in()
     argv = [sys.executable, "-m", "vllm_rocm_stack.images", "build", "--bases", "stand-in", "--manifest", str(manifest)]
     with open(log, "w") as fh:
         rc = subprocess.run(
@@ -46,7 +81,13 @@ def build_images(out: Path) -> dict:
         ).returncode
     text = log.read_text(errors="replace")
     if rc != 0:
-        pytest.fail(f"`{' '.join(argv[1:])}` failed ({rc}):\n" + "\n".join(text.splitlines()[-60:]), pytrace=False)
+        free = shutil.disk_usage(WORK).free / 1e9
+        # The reason on the first line: a test summary shows only that one.
+        pytest.fail(
+            f"the image build failed ({rc}; {free:.1f} GB free): {_reason(text)}\n`{' '.join(argv[1:])}`; "
+            f"log {log}:\n" + "\n".join(text.splitlines()[-60:]),
+            pytrace=False,
+        )
     data = json.loads(manifest.read_text())
     data["by_target"] = {img["target"]: img for img in data["images"]}
     data["by_dockerfile"] = {

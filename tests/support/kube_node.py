@@ -798,8 +798,9 @@ def _source_stamp(source: str) -> str:
 
 
 def _import(cluster: NodeCluster, ref: str, source: str) -> None:
-    """`ctr images import` of an OCI archive, or of `podman save`'s stream (no 7.5 GB file on disk in between),
-    named `ref` in containerd's k8s.io namespace (the kubelet's)."""
+    """`ctr images import` of an OCI archive, or of `podman save`'s stream (no archive file in between; podman
+    assembles the compressed OCI layout in its temp directory on the way), named `ref` in containerd's k8s.io
+    namespace (the kubelet's); then the layer blobs are dropped, the unpacked snapshots kept."""
     importer = [CTR, "-a", str(cluster.socket), "-n", "k8s.io", "images", "import", "--digests", "--all-platforms"]
     if source.startswith("podman:"):
         from vllm_rocm_stack.images.podman import Podman
@@ -825,6 +826,7 @@ def _import(cluster: NodeCluster, ref: str, source: str) -> None:
         if save.wait(60) != 0 or imp.returncode != 0:
             raise RuntimeError(
                 f"importing {src} into containerd failed: podman save: {save_err.strip()}; ctr: {imp.stderr.strip()}"
+                + _disk_note()
             )
         if ref != src:
             cluster.ctr("images", "tag", "--force", src, ref)
@@ -838,4 +840,28 @@ def _import(cluster: NodeCluster, ref: str, source: str) -> None:
                 timeout=3600,
             )
         if imp.returncode != 0:
-            raise RuntimeError(f"importing {source} into containerd failed: {imp.stderr.strip()}")
+            raise RuntimeError(f"importing {source} into containerd failed: {imp.stderr.strip()}{_disk_note()}")
+    _drop_layer_blobs(cluster, ref)
+
+
+def _disk_note() -> str:
+    free = shutil.disk_usage(CONTAINERD_ROOT).free
+    return f" ({free / 1e9:.1f} GB free now on the filesystem of {CONTAINERD_ROOT})"
+
+
+def _layer_digests(cluster: NodeCluster, digest: str) -> list[str]:
+    """The layer blobs under a manifest or index (as `ctr content get` reads them)."""
+    doc = json.loads(cluster.ctr("content", "get", digest).stdout)
+    if "manifests" in doc:
+        return [d for m in doc["manifests"] for d in _layer_digests(cluster, m["digest"])]
+    return [layer["digest"] for layer in doc.get("layers", [])]
+
+
+def _drop_layer_blobs(cluster: NodeCluster, ref: str) -> None:
+    """Delete an imported image's layer blobs from containerd's content store once they are unpacked: what the CRI's
+    own `discard_unpacked_layers` does for pulled images. Containers run from the unpacked snapshots; the blobs
+    are read only to push or re-unpack, neither of which happens here, and they are the serving stand-in's 3.5 GB
+    a second time (a fresh CI run is short of disk). A later import of a changed image writes them again."""
+    digests = sorted(set(_layer_digests(cluster, cluster.image_digest(ref))))
+    if digests:
+        cluster.ctr("content", "rm", *digests)

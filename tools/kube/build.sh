@@ -60,6 +60,16 @@ keep() {
   ls -1dt "$(dirname "$BIN_CACHE/$stamp")"/*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf
 }
 die() { printf 'kube build: error: %s\n' "$*" >&2; exit 1; }
+# Under VLLM_ROCM_TRIM_CACHES=1 (a run thrown away afterwards: CI) the Go caches go as soon as nothing more reads
+# them: once after the Kubernetes binaries (CoreDNS shares none of their module versions), once at the end.
+trim_go_caches() {
+  [ "${VLLM_ROCM_TRIM_CACHES:-0}" = 1 ] && [ -d "$GO_CACHE" ] || return 0
+  local freed
+  freed=$(du -sh "$GO_CACHE" | cut -f1)
+  rm -rf "$GO_CACHE"
+  mkdir -p "$GO_CACHE"
+  say "VLLM_ROCM_TRIM_CACHES=1: removed the Go caches ($freed, $GO_CACHE)"
+}
 
 command -v go >/dev/null || die "go is not on PATH: the cluster tests build Kubernetes $KUBE_BUILD_VERSION from source and need Go >= 1.26 (https://go.dev/dl/)"
 go_version=$(go env GOVERSION)
@@ -114,6 +124,7 @@ else
     || die "$BIN/kube-apiserver --version says '$("$BIN/kube-apiserver" --version)', expected v$KUBE_BUILD_VERSION"
   echo "$stamp" > "$BIN/.stamp"
   keep "kubernetes/$stamp" "${BINARIES[@]}" pause
+  trim_go_caches
 fi
 
 # 2. CoreDNS, the same way from its own module, with its own stamp (a CoreDNS bump rebuilds only CoreDNS).
@@ -173,8 +184,4 @@ say "Kubernetes $KUBE_BUILD_VERSION binaries, CoreDNS $COREDNS_VERSION, images a
 
 # 5. A run that builds once and is thrown away (CI on a fresh clone: .ci/run sets this) drops the Go caches now:
 #    6 GB that only a rebuild would read, and a fresh run's disk peaks later (images, the node's containerd).
-if [ "${VLLM_ROCM_TRIM_CACHES:-0}" = 1 ] && [ -d "$GO_CACHE" ]; then
-  freed=$(du -sh "$GO_CACHE" | cut -f1)
-  rm -rf "$GO_CACHE"
-  say "VLLM_ROCM_TRIM_CACHES=1: removed the Go caches ($freed, $GO_CACHE)"
-fi
+trim_go_caches

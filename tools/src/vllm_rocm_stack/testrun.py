@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,69 @@ SESSIONS = (("system", "system"), ("main", "not system"))
 KUBE_BUILD = kube_build.COMMAND
 VLLM_SETUP = ["bash", str(REPO / "tools" / "setup-vllm-cpu.sh")]
 KUBE_LOCK = kube_build.LOCK
+TAIL = 2000  # lines of each session kept for the summary at the end
+SUMMARY_ENTRIES = 40  # failures and errors shown in the summary
+ENTRY_LINES = 4  # lines of each one's message (pytest prints it whole on CI: the reason is often on line 2)
+
+
+def summary(tail: list[str]) -> list[str]:
+    """What a session's end says: pytest's short test summary, each failure or error with the first ENTRY_LINES
+    lines of its message (at most SUMMARY_ENTRIES of them), and the line with the counts; else the lines that count
+    tests or name a failure."""
+    marks = [i for i, line in enumerate(tail) if "short test summary info" in line]
+    if not marks:
+        return [
+            line.rstrip()
+            for line in tail
+            if line.startswith(("FAILED", "ERROR")) or " passed" in line or " failed" in line
+        ]
+    body = [line.rstrip() for line in tail[marks[-1] + 1 :]]
+    counts = body.pop() if body and body[-1].startswith("=") else ""
+    entries: list[list[str]] = []
+    for line in body:
+        if line.startswith(("FAILED", "ERROR", "XPASS", "SKIPPED", "XFAIL")) or not entries:
+            entries.append([line])
+        else:
+            entries[-1].append(line)
+    out = []
+    for entry in entries[:SUMMARY_ENTRIES]:
+        out += entry[:ENTRY_LINES]
+        if len(entry) > ENTRY_LINES:
+            out.append(f"    ... {len(entry) - ENTRY_LINES} more lines")
+    if len(entries) > SUMMARY_ENTRIES:
+        out.append(f"... {len(entries) - SUMMARY_ENTRIES} more")
+    return [*out, counts] if counts else out
+
+
+class DiskWatch:
+    """The lowest free space on WORK's filesystem while the run lasts (a statvfs every 2 s), printed at the end: a
+    failure for want of space reads against it, and a run that passed says how close it came."""
+
+    def __init__(self, path: Path, every: float = 2.0) -> None:
+        while not path.exists() and path != path.parent:  # the filesystem it will be made on
+            path = path.parent
+        self.path, self.every = path, every
+        self.t0 = time.monotonic()
+        self.first = self.low = shutil.disk_usage(path).free
+        self.low_at = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            free = shutil.disk_usage(self.path).free
+            if free < self.low:
+                self.low, self.low_at = free, time.monotonic() - self.t0
+
+    def report(self) -> str:
+        self._stop.set()
+        self._thread.join(10)
+        last = shutil.disk_usage(self.path).free
+        return (
+            f"disk ({self.path}): {self.first / 1e9:.1f} GB free at the start, lowest {self.low / 1e9:.1f} GB "
+            f"{self.low_at / 60:.1f} min in, {last / 1e9:.1f} GB at the end"
+        )
 
 
 @dataclass
@@ -69,7 +133,7 @@ class Part:
                 sys.stdout.write(f"[{self.name}] {line}")
                 sys.stdout.flush()
                 self.tail.append(line)
-                del self.tail[:-40]
+                del self.tail[:-TAIL]
 
     def wait(self) -> int:
         assert self.proc is not None and self.pump is not None
@@ -113,6 +177,7 @@ def run(pytest_args: list[str] | None) -> int:
     session with `pytest_args`."""
     tmp = WORK / "tmp"
     parts: list[Part] = []
+    disk = DiskWatch(WORK)
     try:  # whatever way this ends, nothing it started is left running
         build = Part("setup-kube", KUBE_BUILD, tmp / "setup-kube.log").start()
         parts.append(build)
@@ -122,6 +187,7 @@ def run(pytest_args: list[str] | None) -> int:
         parts.append(vllm)
         if vllm.wait() != 0:
             print("make test: the vLLM CPU setup failed (above; tools/setup-vllm-cpu.sh)", file=sys.stderr)
+            print(f"make test: {disk.report()}", file=sys.stderr)
             return 1
         if pytest_args is None:
             sessions = [pytest_part(name, ["-m", marks]).start() for name, marks in SESSIONS]
@@ -136,9 +202,9 @@ def run(pytest_args: list[str] | None) -> int:
     if len(sessions) > 1:
         print(f"\n== summaries (whole reports: {tmp}/pytest-<session>.log; temp files: {basetemp('<session>')})")
         for s in sessions:
-            for line in s.tail:
-                if line.startswith(("FAILED", "ERROR")) or " passed" in line or " failed" in line:
-                    print(f"[{s.name}] {line.rstrip()}")
+            for line in summary(s.tail):
+                print(f"[{s.name}] {line}")
+    print(f"make test: {disk.report()}")
     if codes["setup-kube"] != 0:
         print(f"make test: the Kubernetes build failed ({tmp}/setup-kube.log; tools/kube/build.sh)", file=sys.stderr)
     for name, rc in codes.items():

