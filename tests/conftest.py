@@ -110,10 +110,10 @@ def canary_timing(vllm_server: VllmServer, baseline_file: Path) -> CanaryTiming:
 
 @pytest.fixture(scope="session")
 @tiers.needs("system", "builds the images")
-def built_images(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def built_images(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> dict:
     """The project's images, built once per session (tests/support/images.py): the container tests run them under
     podman, the cluster tests under a kubelet."""
-    return build_images(tmp_path_factory.mktemp("images"))
+    return build_images(tmp_path_factory.mktemp("images"), pytestconfig)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -35,12 +36,15 @@ def script(path: Path, body: str) -> list[str]:
     return ["bash", str(path)]
 
 
-def build_script(fake: Path, seconds: float, rc: int = 0) -> list[str]:
-    """Takes the lock as tools/kube/build.sh does, works `seconds`, writes its pid, exits rc."""
+def build_script(fake: Path, seconds: float, rc: int = 0, on_int: Path | None = None) -> list[str]:
+    """Takes the lock as tools/kube/build.sh does, works `seconds`, writes its pid, exits rc; with `on_int`, writes
+    that file when interrupted (bash cannot trap a signal it was started with ignored)."""
     lock = fake / "work" / "kube" / ".build.lock"
+    trap = f"trap 'echo int > {on_int}; exit 130' INT\n" if on_int else ""
     return script(
         fake / "build.sh",
-        f"""
+        trap
+        + f"""
         mkdir -p {lock.parent}
         exec 9>{lock}
         flock 9
@@ -104,11 +108,21 @@ def test_a_failing_test_fails_the_run(fake: Path, monkeypatch: pytest.MonkeyPatc
     assert testrun.run([test, "-q", "-c", CONFIG]) == 1
 
 
-def test_a_failed_vllm_setup_stops_the_build(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 600))
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_failed_vllm_setup_stops_the_build(fake: Path, monkeypatch: pytest.MonkeyPatch, sigint: str) -> None:
+    """The build is interrupted (SIGINT, so that a pytest session would run its teardown), also when this process
+    was started with SIGINT ignored (a background job of a shell), which children inherit."""
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 600, on_int=fake / "interrupted"))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if sigint == "ignored" else None
     monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "echo no index >&2; exit 1\n"))
     test = tree(fake, "def test_ok():\n    pass\n")
-    assert testrun.run([test, "-q", "-c", CONFIG]) == 1
+    try:
+        assert testrun.run([test, "-q", "-c", CONFIG]) == 1
+        if previous is not None:
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # left as it found it
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     pid = int((fake / "build.pid").read_text())
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -119,6 +133,7 @@ def test_a_failed_vllm_setup_stops_the_build(fake: Path, monkeypatch: pytest.Mon
         time.sleep(0.1)
     else:
         pytest.fail(f"the build (pid {pid}) still runs after the failed setup")
+    assert (fake / "interrupted").exists(), "the build was killed, not interrupted"
     assert not (fake / "built").exists()
     assert not (fake / "work" / "tmp" / "pytest-pytest.log").exists()  # no tests started
 
@@ -195,12 +210,13 @@ def test_the_summary_of_a_long_failure_list_is_cut_but_keeps_its_counts() -> Non
 
 
 def test_the_disk_watch_reports_the_lowest_free_space_it_saw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    free = iter([30e9, 20e9, 5e9, 25e9])
-    seen: list[float] = []
+    gb = 10**9
+    free = iter([30 * gb, 20 * gb, 5 * gb, 25 * gb])
+    seen: list[int] = []
 
     def usage(path: object) -> shutil._ntuple_diskusage:
-        seen.append(next(free, 26e9))
-        return shutil._ntuple_diskusage(100e9, 0, seen[-1])
+        seen.append(next(free, 26 * gb))
+        return shutil._ntuple_diskusage(100 * gb, 0, seen[-1])
 
     monkeypatch.setattr(testrun.shutil, "disk_usage", usage)
     watch = testrun.DiskWatch(tmp_path / "not" / "made", every=0.01)

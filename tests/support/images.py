@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,18 @@ GO_CACHE_GROWTH = 6_000_000_000
 _REASONS = (re.compile(r"[Nn]o space left"), re.compile(r"(^Error: |\berror: )"), re.compile(r"\bfailed \(\d+\)"))
 
 
-def _make_room_for_the_serving_stand_in() -> None:
+def say(config: pytest.Config | None, message: str) -> None:
+    """A line in the session's own output, from inside a fixture (where pytest captures prints)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter") if config else None
+    capture = config.pluginmanager.get_plugin("capturemanager") if config else None
+    if reporter is None or capture is None:
+        print(message)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(message)
+
+
+def _make_room_for_the_serving_stand_in(config: pytest.Config | None) -> None:
     """A run that trims its caches (CI: VLLM_ROCM_TRIM_CACHES=1) removes the Kubernetes build's Go caches when the
     build ends. The serving stand-in's build needs ~16 GB at once (standin.cpu_build_needs); when the disk has less
     than that plus what the Go caches may still take, wait for the build to end rather than fail for want of space
@@ -52,9 +64,15 @@ def _make_room_for_the_serving_stand_in() -> None:
         return
     free, need = shutil.disk_usage(WORK).free, cpu_build_needs() + GO_CACHE_GROWTH
     if free < need:
-        print(f"{free / 1e9:.1f} GB free, the image builds want ~{need / 1e9:.0f} GB while the Kubernetes build runs")
+        say(
+            config,
+            f"images: {free / 1e9:.1f} GB free, the builds want ~{need / 1e9:.0f} GB while the Kubernetes build "
+            "runs: waiting for it to end and remove its Go caches",
+        )
+        t0 = time.monotonic()
         kube_build.wait()
-        print(f"{shutil.disk_usage(WORK).free / 1e9:.1f} GB free after the Kubernetes build")
+        free = shutil.disk_usage(WORK).free
+        say(config, f"images: {free / 1e9:.1f} GB free after {time.monotonic() - t0:.0f} s, building")
 
 
 def _reason(log_text: str) -> str:
@@ -67,13 +85,13 @@ def _reason(log_text: str) -> str:
     return ""
 
 
-def build_images(out: Path) -> dict:
+def build_images(out: Path, config: pytest.Config | None = None) -> dict:
     """The default targets and the vLLM image of the CPU release on its serving stand-in, in one build (images no
     current build uses are removed after it). The manifest says what was built from what; a failed build fails every
     test that needs it, with the failing step and the log's tail."""
     manifest, log = out / "manifest.json", out / "build.log"
     targets = list(dict.fromkeys([*default_targets(), CPU_TARGET, PATCHED_TARGET]))
-    _make_room_for_the_serving_stand_in()
+    _make_room_for_the_serving_stand_in(config)
     argv = [sys.executable, "-m", "vllm_rocm_stack.images", "build", "--bases", "stand-in", "--manifest", str(manifest)]
     with open(log, "w") as fh:
         rc = subprocess.run(

