@@ -66,7 +66,7 @@ def _make_room_for_the_serving_stand_in(config: pytest.Config | None) -> None:
     if free < need:
         say(
             config,
-            f"images: {free / 1e9:.1f} GB free, the builds want ~{need / 1e9:.0f} GB while the Kubernetes build "
+            f"images: {free / 1e9:.1f} GB free, the builds want {need / 1e9:.1f} GB while the Kubernetes build "
             "runs: waiting for it to end and remove its Go caches",
         )
         t0 = time.monotonic()

