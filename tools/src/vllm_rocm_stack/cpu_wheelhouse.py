@@ -38,13 +38,17 @@ class WheelhouseError(RuntimeError):
     """The wheelhouse could not be completed; the message says what is missing or what pip said."""
 
 
+def pin_lines(lock_text: str) -> list[str]:
+    """The `name==version` lines of a lock, comments and blank lines left out."""
+    return [pin for line in lock_text.splitlines() if _PIN.match(pin := line.split("#", 1)[0].strip())]
+
+
 def pins(lock_text: str) -> dict[str, Version]:
     """`name==version` lines of a lock, by canonical name."""
     out: dict[str, Version] = {}
-    for line in lock_text.splitlines():
-        m = _PIN.match(line.split("#", 1)[0].strip())
-        if m:
-            out[canonicalize_name(m.group(1))] = Version(m.group(2))
+    for pin in pin_lines(lock_text):
+        name, version = pin.split("==", 1)
+        out[canonicalize_name(name)] = Version(version)
     return out
 
 

@@ -182,8 +182,10 @@ def run(pytest_args: list[str] | None) -> int:
     # Started in the background by a shell, this process may have SIGINT ignored, which every child inherits across
     # exec: stop() could not interrupt them (pytest's teardown never ran; seen running `.ci/run &`). A handler here
     # is reset to the default in each child.
-    sigint = signal.getsignal(signal.SIGINT)
-    if sigint == signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+    give_sigint_back = (
+        signal.getsignal(signal.SIGINT) == signal.SIG_IGN and threading.current_thread() is threading.main_thread()
+    )
+    if give_sigint_back:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:  # whatever way this ends, nothing it started is left running
         build = Part("setup-kube", KUBE_BUILD, tmp / "setup-kube.log").start()
@@ -206,8 +208,8 @@ def run(pytest_args: list[str] | None) -> int:
     finally:
         for p in reversed(parts):
             p.stop()
-        if sigint == signal.SIG_IGN and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, sigint)
+        if give_sigint_back:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     if len(sessions) > 1:
         print(f"\n== summaries (whole reports: {tmp}/pytest-<session>.log; temp files: {basetemp('<session>')})")
         for s in sessions:

@@ -95,10 +95,7 @@ def cpu_layer_groups(lock_text: str) -> list[list[str]]:
     cuda: list[str] = []
     torch: list[str] = []
     rest: list[str] = []
-    for line in lock_text.splitlines():
-        pin = line.split("#", 1)[0].strip()
-        if not pin:
-            continue
+    for pin in cpu_wheelhouse.pin_lines(lock_text):
         name = pin.split("==", 1)[0].lower()
         (cuda if name.startswith(("nvidia-", "cuda-")) else torch if name in ("torch", "triton") else rest).append(pin)
     return [g for g in (cuda, torch, rest) if g]
@@ -246,7 +243,7 @@ class StandIns:
         t0 = time.monotonic()
         log.info("stand-in base %s from %s", name, parent.name)
         steps = [script] if isinstance(script, str) else list(script)
-        parts = [f"{self._tag(f'{kind}-part{i}', key)}" for i in range(1, len(steps))]
+        parts = [self._tag(f"{kind}-part{i}", key) for i in range(1, len(steps))]
         image = parent.pinned
         try:
             for i, step in enumerate(steps):
