@@ -210,16 +210,11 @@ class Builder:
     def build_all(self, names: list[str]) -> Manifest:
         t0, started = time.monotonic(), time.time()
         with store_lock():
-            size = self.b.disk_bytes()
-            if size > MAX_STORE_BYTES:
-                log.warning(
-                    "image storage %s holds %.1f GiB (> %.1f GiB): emptying it; the layer cache starts cold",
-                    self.b.root,
-                    size / 2**30,
-                    MAX_STORE_BYTES / 2**30,
-                )
-                self.b.wipe()
-            self.b("rm", "--all", check=False)  # working containers an interrupted run left behind
+            with self.b.idle() as idle:
+                if idle:
+                    self._clean()
+                else:  # another process runs containers of these images: nothing of theirs is touched
+                    log.info("containers of %s are in use: leftovers stay, the storage is not emptied", self.b.root)
             manifest = Manifest(driver=self.b.driver, store=str(self.b.root))
             for target in self.bake_file().resolve(names):
                 built = self.build(target)
@@ -230,6 +225,20 @@ class Builder:
             manifest.seconds = round(time.monotonic() - t0, 1)
             manifest.store_bytes = self.b.disk_bytes()
         return manifest
+
+    def _clean(self) -> None:
+        """Empty a storage grown past MAX_STORE_BYTES (the layer cache starts cold), and remove the working
+        containers an interrupted run left behind."""
+        size = self.b.disk_bytes()
+        if size > MAX_STORE_BYTES:
+            log.warning(
+                "image storage %s holds %.1f GiB (> %.1f GiB): emptying it; the layer cache starts cold",
+                self.b.root,
+                size / 2**30,
+                MAX_STORE_BYTES / 2**30,
+            )
+            self.b.wipe()
+        self.b("rm", "--all", check=False)
 
     def collect_garbage(self, logs: list[Path], since: float) -> None:
         """Remove the untagged images that the builds logged in `logs` (started at `since`) did not use: layers

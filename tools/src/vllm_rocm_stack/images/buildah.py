@@ -10,6 +10,7 @@ Dockerfile step that failed, with the tail of the build log.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -266,12 +267,33 @@ class Buildah:
 
     @contextmanager
     def container(self, image: str) -> Iterator[str]:
-        """A working container of `image`, removed afterwards whatever happens."""
-        name = self("from", "--pull-never", image).stdout.strip().splitlines()[-1]
-        try:
-            yield name
-        finally:
-            self("rm", name, check=False)
+        """A working container of `image`, removed afterwards whatever happens. It holds the store's containers
+        lock shared while it lives, so that a build in another process does not take it for a leftover (`idle`)."""
+        with open(self.root / "containers.lock", "a+") as hold:
+            fcntl.flock(hold, fcntl.LOCK_SH)  # released as the file closes
+            name = self("from", "--pull-never", image).stdout.strip().splitlines()[-1]
+            try:
+                yield name
+            finally:
+                self("rm", name, check=False)
+
+    @contextmanager
+    def idle(self) -> Iterator[bool]:
+        """True while no process holds a working container of this store (`container`) and no other container
+        (podman's) exists: only then may a build remove leftovers or empty the storage. False at once otherwise (a
+        second pytest session builds while the first runs containers of these images); the caller goes on."""
+        with open(self.root / "containers.lock", "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                others = self("containers", "--all", "--quiet", check=False).stdout.split()
+                builders = self("containers", "--quiet", check=False).stdout.split()
+                yield not set(others) - set(builders)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     @contextmanager
     def mounted(self, image: str) -> Iterator[Path]:
