@@ -2,11 +2,15 @@
 
 checkov lives in a venv of its own (.work/checkov-venv, from requirements/checkov.lock; `make setup` builds it).
 It runs with its update check and every platform download off, and, where the machine allows an unprivileged network
-namespace, with no network at all: a result never depends on what a server said that day.
+namespace, with no network at all: a result never depends on what a server said that day. So its output is a function
+of its inputs, and a run is kept (CACHE) under a key of everything it reads: the files' names and bytes, the frameworks,
+the command, and the lock checkov was installed from. An unchanged chart and Dockerfiles cost no new scan (27 s of a
+warm unit tier); any changed byte scans again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -29,6 +33,10 @@ OFFLINE_ENV = {"CKV_SKIP_PACKAGE_UPDATE_CHECK": "true", "BC_SKIP_MAPPING": "TRUE
 # The skip annotation (Kubernetes objects) and skip comment (Dockerfiles) checkov honours.
 SKIP_ANNOTATION = re.compile(r"^(checkov|bridgecrew)\.io/skip")
 SKIP_COMMENT = re.compile(r"^\s*#\s*(checkov|bridgecrew):skip=")
+CACHE = WORK / "cache" / "checkov"
+CACHE_KEEP = 8  # runs kept (a test module makes two)
+LOCK = ROOT / "requirements" / "checkov.lock"
+_WORKDIR = "@WORKDIR@"  # the run's own directory, in a kept output (each run has a new one)
 
 
 @dataclass(frozen=True)
@@ -87,14 +95,19 @@ def run(files: list[Path], frameworks: tuple[str, ...], workdir: Path) -> Report
         *frameworks,
         *args,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir, env=env)
-    # 0: all passed, 1: failed checks; anything else (or no JSON) is checkov itself failing.
-    if proc.returncode not in (0, 1):
-        raise AssertionError(f"checkov exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    try:
-        data: Any = json.loads(proc.stdout)
-    except json.JSONDecodeError as e:
-        raise AssertionError(f"checkov printed no JSON ({e}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}") from e
+    kept = CACHE / f"{_key(cmd, files, workdir)}.json"
+    if kept.is_file():
+        data: Any = json.loads(kept.read_text().replace(_WORKDIR, str(workdir)))
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir, env=env)
+        # 0: all passed, 1: failed checks; anything else (or no JSON) is checkov itself failing.
+        if proc.returncode not in (0, 1):
+            raise AssertionError(f"checkov exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        try:
+            data = json.loads(proc.stdout)
+        except json.JSONDecodeError as e:
+            raise AssertionError(f"checkov printed no JSON ({e}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}") from e
+        _keep(kept, proc.stdout.replace(str(workdir), _WORKDIR))
     reports = data if isinstance(data, list) else [data]
     out = Report([], [], 0, set())
     for report in reports:
@@ -109,6 +122,26 @@ def run(files: list[Path], frameworks: tuple[str, ...], workdir: Path) -> Report
         for kind in ("passed_checks", "failed_checks", "skipped_checks"):
             out.files.update(_abs(r) for r in results.get(kind, []))
     return out
+
+
+def _key(cmd: list[str], files: list[Path], workdir: Path) -> str:
+    """Everything a run reads: the command (the run's own directory named, not spelled), the lock checkov came
+    from, and each file's name (as the run names it) and bytes."""
+    h = hashlib.sha256()
+    for part in [*cmd, LOCK.read_text(), *(f"{k}={v}" for k, v in sorted(OFFLINE_ENV.items()))]:
+        h.update(part.replace(str(workdir), _WORKDIR).encode() + b"\0")
+    for f in files:
+        h.update(str(f).replace(str(workdir), _WORKDIR).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _keep(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # whole or not at all: a parallel run reads either nothing or all of it
+    for old in sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-CACHE_KEEP]:
+        old.unlink(missing_ok=True)
 
 
 def _abs(result: dict[str, Any]) -> str:
