@@ -27,6 +27,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     lock = work / "kube" / ".build.lock"
     monkeypatch.setattr(testrun, "WORK", work)
     monkeypatch.setattr(testrun, "KUBE_LOCK", lock)
+    monkeypatch.setattr(testrun, "VLLM_LOCK", work / ".setup-vllm.lock")
     # Not the checkout's own session directories: this may run inside `make test`, whose sessions use them.
     monkeypatch.setattr(testrun, "basetemp", lambda name: tmp_path / "basetemp" / name)
     (tmp_path / "tree").mkdir()
@@ -293,3 +294,47 @@ def test_the_build_gets_its_priority(fake: Path) -> None:
     part = testrun.Part("probe", ["sh", "-c", WAIT_FOR_NICE], fake / "probe.log", priority=-5).start()
     assert part.wait() == 0
     assert part.tail and part.tail[-1].rstrip().endswith("nice -5"), part.tail
+
+
+def test_the_unit_tier_runs_while_the_vllm_setup_does_and_the_others_wait_for_it(
+    fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sessions start once the vLLM setup holds its lock: a unit test runs before the setup is done, an
+    integration test only after (tests/support/tiers.py waits for the lock)."""
+    work = fake / "work"
+    monkeypatch.setenv("VLLM_ROCM_WORK", str(work))  # the sessions' vllm_setup.LOCK: this setup's
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0))
+    monkeypatch.setattr(
+        testrun,
+        "VLLM_SETUP",
+        script(
+            fake / "vllm.sh",
+            f"""
+            mkdir -p {work}
+            exec 9>{work / ".setup-vllm.lock"}
+            flock 9
+            sleep 8
+            echo ready > {fake}/venv
+            """,
+        ),
+    )
+    (fake / "tree" / "conftest.py").write_text(
+        "from tests.support import tiers\n\npytest_runtest_setup = tiers.pytest_runtest_setup\n"
+    )
+    test = tree(
+        fake,
+        f"""
+        from pathlib import Path
+
+        import pytest
+
+        def test_unit():
+            assert not Path({str(fake / "venv")!r}).exists()
+
+        @pytest.mark.integration
+        def test_live():
+            assert Path({str(fake / "venv")!r}).read_text() == "ready\\n"
+        """,
+    )
+    assert testrun.run([test]) == 0
+    assert "2 passed" in (work / "tmp" / "pytest-pytest.log").read_text()

