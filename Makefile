@@ -40,9 +40,9 @@ run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: 
 	@$(if $(call wants_help,$(RUN_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
 # The Kubernetes build (CPU-bound, the longest setup step on a fresh machine) runs in the background from the start;
-# the vLLM CPU venv (mostly downloads) beside it; then three pytest sessions side by side: the cluster tests (waiting
-# for the build if it still runs), the rest of the system tier, the rest (tools/src/vllm_rocm_stack/testrun.py).
-test: check ## Set up and run every test: the Kubernetes build in the background, three pytest sessions side by side (after `make check`)
+# the vLLM CPU venv (mostly downloads) beside it; then the system tier and the rest as two pytest sessions side by side,
+# the cluster tests waiting for the build if it still runs (tools/src/vllm_rocm_stack/testrun.py).
+test: check ## Set up and run every test: the Kubernetes build in the background, two pytest sessions side by side (after `make check`)
 	@PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.testrun -- $(PYTEST_ARGS)
 
 # The unit tier on every core (pytest-xdist), whole files per worker so that a module's fixtures are made once:

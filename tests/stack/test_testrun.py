@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 from vllm_rocm_stack import kube_build, testrun
 
-from tests.support import sessions
-
 CONFIG = str(testrun.REPO / "pyproject.toml")  # the tiny trees live outside the checkout; its settings still apply
 
 
@@ -27,7 +25,6 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     lock = work / "kube" / ".build.lock"
     monkeypatch.setattr(testrun, "WORK", work)
     monkeypatch.setattr(testrun, "KUBE_LOCK", lock)
-    monkeypatch.setattr(testrun, "VLLM_LOCK", work / ".setup-vllm.lock")
     # Not the checkout's own session directories: this may run inside `make test`, whose sessions use them.
     monkeypatch.setattr(testrun, "basetemp", lambda name: tmp_path / "basetemp" / name)
     (tmp_path / "tree").mkdir()
@@ -229,112 +226,3 @@ def test_the_disk_watch_reports_the_lowest_free_space_it_saw(tmp_path: Path, mon
     report = watch.report()
     assert watch.path == tmp_path  # the nearest existing directory: the filesystem WORK will be made on
     assert "30.0 GB free at the start, lowest 5.0 GB" in report and "26.0 GB at the end" in report
-
-
-def test_the_sessions_partition_the_suite(fake: Path) -> None:
-    """Every test in exactly one of `make test`'s sessions, whatever its directory and tier: the cluster session
-    takes the system tier's tests under tests/kube, the system session the rest of that tier and the integration
-    tests of sessions.SYSTEM_TOO, main the others."""
-    root = fake / "tree"
-    moved = sessions.SYSTEM_TOO[0]
-    bodies = {
-        "tests/kube/test_k.py": "import pytest\n\n@pytest.mark.system\ndef test_node():\n    pass\n\n"
-        "def test_render():\n    pass\n",
-        "tests/docker/test_d.py": "import pytest\n\npytestmark = pytest.mark.system\n\ndef test_image():\n    pass\n",
-        "tests/test_u.py": "import pytest\n\ndef test_unit():\n    pass\n\n"
-        "@pytest.mark.integration\ndef test_live():\n    pass\n",
-        moved: "import pytest\n\n@pytest.mark.integration\ndef test_servers():\n    pass\n\n"
-        "def test_parse():\n    pass\n",
-    }
-    for rel, body in bodies.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(body)
-    (root / "tests" / "conftest.py").write_text(
-        "from tests.support import tiers\n\npytest_collection_modifyitems = tiers.pytest_collection_modifyitems\n"
-    )
-
-    def collected(args: list[str]) -> list[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "--co", "-q", "-c", CONFIG, f"--rootdir={root}"]
-            + ["-p", "no:cacheprovider", *args],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "PYTHONPATH": str(testrun.REPO)},  # tests.support, as from the checkout
-        )
-        assert proc.returncode in (0, 5), proc.stdout + proc.stderr
-        return sorted(line for line in proc.stdout.splitlines() if "::" in line)
-
-    everything = collected(["tests"])
-    assert len(everything) == 7, everything
-    got = {name: collected(args) for name, args in testrun.SESSIONS}
-    assert got["cluster"] == ["tests/kube/test_k.py::test_node"], got
-    assert got["system"] == ["tests/docker/test_d.py::test_image", f"{moved}::test_servers"], got
-    assert sorted(sum(got.values(), [])) == everything, got
-
-
-def test_the_tests_moved_to_the_system_session_exist() -> None:
-    for rel in sessions.SYSTEM_TOO:
-        assert (testrun.REPO / rel).is_file(), f"{rel} (tests/support/sessions.py) is not in the checkout"
-
-
-# The child's view of its autogroup, once the parent has set it (or after 30 s).
-WAIT_FOR_NICE = (
-    'for i in $(seq 300); do g=$(cat /proc/self/autogroup); case $g in *"nice -5") break;; esac; sleep 0.1; done; '
-    'echo "$g"'
-)
-
-
-def test_the_build_gets_its_priority(fake: Path) -> None:
-    """The Kubernetes build's session gets the autogroup nice testrun gives it (where the machine has autogroups and
-    this runs as root, as `make test` does on CI)."""
-    if os.geteuid() != 0 or Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
-        pytest.skip("autogroup priorities need root and sched_autogroup_enabled=1")
-    part = testrun.Part("probe", ["sh", "-c", WAIT_FOR_NICE], fake / "probe.log", priority=-5).start()
-    assert part.wait() == 0
-    assert part.tail and part.tail[-1].rstrip().endswith("nice -5"), part.tail
-
-
-def test_the_unit_tier_runs_while_the_vllm_setup_does_and_the_others_wait_for_it(
-    fake: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The sessions start once the vLLM setup holds its lock: a unit test runs before the setup is done, an
-    integration test only after (tests/support/tiers.py waits for the lock)."""
-    work = fake / "work"
-    monkeypatch.setenv("VLLM_ROCM_WORK", str(work))  # the sessions' vllm_setup.LOCK: this setup's
-    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0))
-    monkeypatch.setattr(
-        testrun,
-        "VLLM_SETUP",
-        script(
-            fake / "vllm.sh",
-            f"""
-            mkdir -p {work}
-            exec 9>{work / ".setup-vllm.lock"}
-            flock 9
-            sleep 8
-            echo ready > {fake}/venv
-            """,
-        ),
-    )
-    (fake / "tree" / "conftest.py").write_text(
-        "from tests.support import tiers\n\npytest_runtest_setup = tiers.pytest_runtest_setup\n"
-    )
-    test = tree(
-        fake,
-        f"""
-        from pathlib import Path
-
-        import pytest
-
-        def test_unit():
-            assert not Path({str(fake / "venv")!r}).exists()
-
-        @pytest.mark.integration
-        def test_live():
-            assert Path({str(fake / "venv")!r}).read_text() == "ready\\n"
-        """,
-    )
-    assert testrun.run([test]) == 0
-    assert "2 passed" in (work / "tmp" / "pytest-pytest.log").read_text()

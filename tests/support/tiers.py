@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import pytest
-from vllm_rocm_stack import vllm_setup
 
 TIERS = ("unit", "integration", "system")  # in order: each may use what the ones before it use
 _NEED = "_vllm_rocm_tier"
@@ -94,5 +93,3 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     why = refusal(item)
     if why:
         pytest.fail(why, pytrace=False)
-    if tier_of(item) != "unit":  # `make test` starts the sessions while the vLLM CPU setup still runs
-        vllm_setup.wait()

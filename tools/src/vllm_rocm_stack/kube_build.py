@@ -29,17 +29,16 @@ def running(lock: Path = LOCK) -> bool:
         return False
 
 
-def wait(lock: Path = LOCK, timeout: float = WAIT, what: str = "the Kubernetes build (tools/kube/build.sh)") -> None:
-    """Return once nothing holds `lock` (by default: no Kubernetes build runs); say once that it waits, and for how
-    long it did."""
+def wait(lock: Path = LOCK, timeout: float = WAIT) -> None:
+    """Return once no build runs; say once that it waits, and for how long it did."""
     t0 = time.monotonic()
     said = False
     while running(lock):
         if not said:
-            print(f"waiting for {what} to finish (it holds {lock})")
+            print(f"waiting for the Kubernetes build to finish (tools/kube/build.sh holds {lock})")
             said = True
         if time.monotonic() - t0 > timeout:
-            raise TimeoutError(f"{what} still runs after {timeout:.0f} s ({lock})")
+            raise TimeoutError(f"the Kubernetes build still runs after {timeout:.0f} s ({lock})")
         time.sleep(2.0)
     if said:
-        print(f"{what} finished; waited {time.monotonic() - t0:.0f} s")
+        print(f"the Kubernetes build finished; waited {time.monotonic() - t0:.0f} s")

