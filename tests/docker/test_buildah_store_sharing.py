@@ -1,7 +1,8 @@
-"""Two pytest sessions share one image store (`make test`: the cluster session builds the same targets while the
-system session runs containers of them). A build removes leftovers and empties an oversized store only when no other
-process holds a working container (`Buildah.container`) and no other container exists (`Buildah.idle`); otherwise it
-goes on at once and touches nothing. Real buildah on an empty store of the test's own: no image, no container."""
+"""Processes share one image store (`make images` while `make test` runs containers of the images; two pytest
+sessions of one checkout, each building what it tests). A build removes leftovers and empties an oversized store only
+when no other process holds a working container (`Buildah.container`) and no other container exists (`Buildah.idle`);
+otherwise it goes on at once and touches nothing. Real buildah on an empty store of the test's own: no image, no
+container."""
 
 from __future__ import annotations
 

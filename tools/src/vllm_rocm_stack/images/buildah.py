@@ -280,8 +280,8 @@ class Buildah:
     @contextmanager
     def idle(self) -> Iterator[bool]:
         """True while no process holds a working container of this store (`container`) and no other container
-        (podman's) exists: only then may a build remove leftovers or empty the storage. False at once otherwise (a
-        second pytest session builds while the first runs containers of these images); the caller goes on."""
+        (podman's) exists: only then may a build remove leftovers or empty the storage. False at once otherwise
+        (`make images` while a test session runs containers of these images); the caller goes on."""
         with open(self.root / "containers.lock", "a+") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
