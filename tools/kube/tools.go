@@ -8,5 +8,4 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
-	_ "k8s.io/kubernetes/cmd/kubectl"
 )
