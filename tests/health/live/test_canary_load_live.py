@@ -134,14 +134,19 @@ def test_the_canary_backs_off_and_cancels_on_a_busy_server(
         finally:
             assert sc.stop() == 0
     # Nothing is left on the server, and the requests the canary abandoned were aborted by vLLM, not run to their
-    # end: of everything sent, exactly the abandoned ones never finished.
+    # end: everything else finished, and at most half of the abandoned ones did too. An abandoned request can finish
+    # when vLLM completes it before the closed connection reaches it: on a starved machine the sidecar gave up on one
+    # 0.8 s after sending it, with a 0.2 s timeout (a fresh clone under a CPU hog: 1 of 13 finished). Without the
+    # cancel, all of them would run to their end.
     assert sc.wait_for(lambda: vllm_samples(url)["held"] == 0, canary_timing.patience), vllm_samples(url)
-    assert abandoned >= 1
+    assert abandoned >= 4, abandoned  # enough for "half" to tell aborted from run to their end
     finished = vllm_samples(url)["finished"] - finished_before
-    assert finished == load.requests + len(latencies) + sent - abandoned, (
-        finished,
-        load.requests,
-        len(latencies),
-        sent,
-        abandoned,
-    )
+    answered = load.requests + len(latencies) + sent - abandoned
+    facts = {
+        "finished": finished,
+        "load": load.requests,
+        "probes": len(latencies),
+        "sent": sent,
+        "abandoned": abandoned,
+    }
+    assert answered <= finished <= answered + abandoned // 2, facts
