@@ -20,6 +20,7 @@ import pytest
 import yaml
 from vllm_rocm_stack import vllm_release_facts as facts
 
+from tests.support import vllm_parser
 from tests.support.helm_chart import (
     CHART,
     arg_value,
@@ -796,17 +797,7 @@ def test_bypass_table_reaches_the_real_parser(tmp_path: Path, vllm_python: Path)
     values, changes what the real vLLM parser (the CPU venv's release) hands to the engine: no row is a spelling
     vLLM would not take. The chart refuses each row for that very release."""
     python = vllm_python
-    version = (
-        subprocess.run(
-            [str(python), "-c", "import vllm; print(vllm.__version__)"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
+    version = vllm_parser.version(python)
     config = tmp_path / "vllm.yaml"
     config.write_text("enforce-eager: true\n")
     rows: dict[str, tuple[list[str], list[str]]] = {}

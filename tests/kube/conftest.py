@@ -19,6 +19,7 @@ from vllm_rocm_stack.config import WORK
 
 from tests.support import kube, kube_node, tiers
 from tests.support.images import CPU_TARGET
+from tests.support.terminal import say
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,7 @@ def state_dir(prefix: str) -> Path:
 
 @pytest.fixture(scope="session")
 @tiers.needs("system", "starts etcd and kube-apiserver")
-def control_plane() -> Iterator[kube.ControlPlane]:
+def control_plane(request: pytest.FixtureRequest) -> Iterator[kube.ControlPlane]:
     """etcd + kube-apiserver on loopback, started once per session; its state lives in WORK/tmp/kube-* and is removed
     afterwards (kept, and named in the failure, when it did not start)."""
     lacking = kube.missing()
@@ -44,8 +45,9 @@ def control_plane() -> Iterator[kube.ControlPlane]:
     except BaseException as e:
         plane.stop()
         pytest.fail(f"the control plane did not start (state kept in {root}): {e}")
-    print(
-        f"\ncontrol plane (kube-apiserver v{kube.BUILD_VERSION}, etcd) ready in {plane.started_in:.1f} s at {plane.url}"
+    say(
+        request.config,
+        f"control plane (kube-apiserver v{kube.BUILD_VERSION}, etcd) ready in {plane.started_in:.1f} s at {plane.url}",
     )
     try:
         yield plane
@@ -62,7 +64,7 @@ def crds(control_plane: kube.ControlPlane) -> list[str]:
 
 @pytest.fixture(scope="session")
 @tiers.needs("system", "starts a single-node Kubernetes cluster")
-def node_cluster(built_images: dict) -> Iterator[kube_node.NodeCluster]:
+def node_cluster(built_images: dict, request: pytest.FixtureRequest) -> Iterator[kube_node.NodeCluster]:
     """A single-node cluster (tests/support/kube_node.py) with the session's vLLM CPU image and sidecar image in its
     containerd, started once per session in a network namespace of its own; everything it made is removed afterwards,
     also when a test or the start fails (the state directory is kept and named when the start failed)."""
@@ -84,9 +86,10 @@ def node_cluster(built_images: dict) -> Iterator[kube_node.NodeCluster]:
     except BaseException as e:
         cluster.stop()
         pytest.fail(f"the single-node cluster did not start (state kept in {root}): {e}")
-    print(
-        f"\nsingle-node cluster (Kubernetes v{kube.BUILD_VERSION}) ready in {cluster.started_in:.1f} s, "
-        f"seconds per step: {cluster.timings}"
+    say(
+        request.config,
+        f"single-node cluster (Kubernetes v{kube.BUILD_VERSION}) ready in {cluster.started_in:.1f} s, "
+        f"seconds per step: {cluster.timings}",
     )
     try:
         yield cluster

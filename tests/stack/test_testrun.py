@@ -226,3 +226,17 @@ def test_the_disk_watch_reports_the_lowest_free_space_it_saw(tmp_path: Path, mon
     report = watch.report()
     assert watch.path == tmp_path  # the nearest existing directory: the filesystem WORK will be made on
     assert "30.0 GB free at the start, lowest 5.0 GB" in report and "26.0 GB at the end" in report
+
+
+def test_each_part_says_the_cpu_time_it_and_its_children_took(
+    fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CPU line counts what a part's children burnt: a setup whose child spins 2 s of CPU says at least that."""
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0))
+    spin = f"{sys.executable} -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 2: pass\n'\n"
+    monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", spin))
+    test = tree(fake, "def test_ok():\n    pass\n")
+    assert testrun.run([test, "-q", "-c", CONFIG]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[setup-vllm] exit 0")]
+    cpu = float(line.split("; CPU ")[1].split(" s")[0])
+    assert cpu >= 2, line

@@ -20,6 +20,8 @@ from vllm_rocm_stack.generate import gen_bake
 from vllm_rocm_stack.images.build import default_targets
 from vllm_rocm_stack.images.standin import cpu_build_needs, cpu_release
 
+from tests.support.terminal import say
+
 REPO = Path(__file__).resolve().parents[2]
 # A cold build (debootstrap, the vLLM wheel, the sidecar's dependencies from PyPI) took ~2.5 min on 2 busy
 # cores, plus ~5 min for the CPU stand-in (its 6.6 GB layer's commit is most of it); this only stops a hung build.
@@ -42,17 +44,6 @@ GO_CACHE_GROWTH = 6_000_000_000
 # The lines of a failed build's log that say why, best first: the disk running out, buildah's or pip's error, a
 # command that failed.
 _REASONS = (re.compile(r"[Nn]o space left"), re.compile(r"(^Error: |\berror: )"), re.compile(r"\bfailed \(\d+\)"))
-
-
-def say(config: pytest.Config | None, message: str) -> None:
-    """A line in the session's own output, from inside a fixture (where pytest captures prints)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter") if config else None
-    capture = config.pluginmanager.get_plugin("capturemanager") if config else None
-    if reporter is None or capture is None:
-        print(message)
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line(message)
 
 
 def _make_room_for_the_serving_stand_in(config: pytest.Config | None) -> None:

@@ -34,20 +34,28 @@ print("RESULT " + json.dumps(out))
 """
 
 
+# vllm.__version__ without importing vLLM (torch with it: ~15 s of CPU on a busy machine): the release's own
+# vllm/_version.py, which vllm/version.py imports it from, run alone.
+VERSION = r"""
+import importlib.util, os
+spec = importlib.util.find_spec("vllm")  # the package's location; its __init__ does not run
+path = os.path.join(spec.submodule_search_locations[0], "_version.py")
+loader = importlib.util.spec_from_file_location("vllm_version_file", path)
+module = importlib.util.module_from_spec(loader)
+loader.loader.exec_module(module)
+print(module.__version__)
+"""
+
+
+def version(python: Path) -> str:
+    """vllm.__version__ of the release installed for `python`."""
+    out = subprocess.run([str(python), "-c", VERSION], capture_output=True, text=True, check=True, timeout=120)
+    return out.stdout.strip().splitlines()[-1]
+
+
 def release(python: Path) -> str:
     """The vLLM release installed for `python`, without the local version ("0.32.0", not "0.32.0+cpu")."""
-    version = (
-        subprocess.run(
-            [str(python), "-c", "import vllm; print(vllm.__version__)"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    return version.split("+", 1)[0]
+    return version(python).split("+", 1)[0]
 
 
 def parse_with_vllm(python: Path, argvs: dict[str, list[str]], tmp: Path) -> dict[str, Any]:

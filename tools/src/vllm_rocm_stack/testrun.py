@@ -113,6 +113,7 @@ class Part:
     tail: list[str] = field(default_factory=list)
     started: float = 0.0
     pump: threading.Thread | None = None
+    cpu: tuple[float, float] | None = None  # user, system seconds (with the descendants it waited for)
 
     def start(self) -> Part:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -137,10 +138,21 @@ class Part:
                 del self.tail[:-TAIL]
 
     def wait(self) -> int:
+        """The exit code, and a line with the wall time and the CPU time: the part's and its descendants' that it
+        waited for (vLLM servers, builds, helm; not containers, which podman's conmon parents). On 2 shared cores
+        the CPU minutes, not the wall ones, say what a change saved."""
         assert self.proc is not None and self.pump is not None
-        rc = self.proc.wait()
+        if self.proc.returncode is None:
+            _, status, usage = os.wait4(self.proc.pid, 0)
+            self.proc.returncode = os.waitstatus_to_exitcode(status)
+            self.cpu = (usage.ru_utime, usage.ru_stime)
+        rc = self.proc.returncode
         self.pump.join()
-        print(f"[{self.name}] exit {rc} after {(time.monotonic() - self.started) / 60:.1f} min", flush=True)
+        line = f"[{self.name}] exit {rc} after {(time.monotonic() - self.started) / 60:.1f} min"
+        if self.cpu:  # unknown when poll() reaped it first
+            user, system = self.cpu
+            line += f"; CPU {user + system:.0f} s (user {user:.0f} s, system {system:.0f} s)"
+        print(line, flush=True)
         return rc
 
     def stop(self) -> None:
