@@ -97,8 +97,9 @@ def group(command: str) -> str:
 def report(records: list[Record], top: int = 30) -> str:
     by: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for r in records:
-        by[group(r.command)][0] += 1
-        by[group(r.command)][1] += r.cpu
+        entry = by[group(r.command)]
+        entry[0] += 1
+        entry[1] += r.cpu
     total = sum(cpu for _, cpu in by.values()) or 1.0
     lines = [f"{total / 60:.1f} CPU-min in {len(records)} processes", "  CPU-min  share  processes  command"]
     for name, (n, cpu) in sorted(by.items(), key=lambda kv: -kv[1][1])[:top]:

@@ -139,8 +139,9 @@ class Part:
 
     def wait(self) -> int:
         """The exit code, and a line with the wall time and the CPU time: the part's and its descendants' that it
-        waited for (vLLM servers, builds, helm; not containers, which podman's conmon parents). On 2 shared cores
-        the CPU minutes, not the wall ones, say what a change saved."""
+        waited for (builds, helm, the CLIs, vLLM's API servers; not what left it for init, such as vLLM's workers,
+        nor containers, which podman's conmon parents: `cpu_accounting` counts those). On 2 shared cores the CPU
+        time, not the wall time, says what a change saved."""
         assert self.proc is not None and self.pump is not None
         if self.proc.returncode is None:
             _, status, usage = os.wait4(self.proc.pid, 0)

@@ -378,8 +378,8 @@ class StandIns:
             "EOF\n"
             "chmod 755 /usr/local/bin/vllm\n"
             # `vllm --version` imports what `vllm serve` runs (vllm.entrypoints.cli.serve: the server, the engine,
-            # the executors) before it answers: one import of vLLM proves the script and the install (each import
-            # is ~15 s of CPU on a busy 2-core machine).
+            # the executors) before it answers: one import of vLLM proves the script and the install (such an
+            # import took ~10 s of CPU in a run's process accounting).
             f'test "$(vllm --version 2>/dev/null | tail -n 1)" = {release}+cpu\n'
         )
         key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), steps)
