@@ -19,7 +19,7 @@ from vllm_rocm_stack.proxy import SwitchableProxy
 
 from tests.support import tiers
 from tests.support.canary import CFG, CanaryTiming
-from tests.support.images import build_images
+from tests.support.images import build_images, start_node_preimport, wait_node_preimport
 from tests.support.vllm_server import BAD_MODEL, GOOD_MODEL, VLLM_PYTHON, VllmServer, free_port
 
 # The tiers' hooks: every test gets its tier (`unit` when unmarked), each checked before its fixtures start.
@@ -110,10 +110,14 @@ def canary_timing(vllm_server: VllmServer, baseline_file: Path) -> CanaryTiming:
 
 @pytest.fixture(scope="session")
 @tiers.needs("system", "builds the images")
-def built_images(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> dict:
+def built_images(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[dict]:
     """The project's images, built once per session (tests/support/images.py): the container tests run them under
-    podman, the cluster tests under a kubelet."""
-    return build_images(tmp_path_factory.mktemp("images"), pytestconfig)
+    podman, the cluster tests under a kubelet. A session that will start the node begins importing them into the
+    node's store at once, in the background (the node's start waits for it; at the latest the session's end does)."""
+    built = build_images(tmp_path_factory.mktemp("images"), request.config)
+    start_node_preimport(request, built)
+    yield built
+    wait_node_preimport(request.config)
 
 
 @pytest.fixture(scope="session")

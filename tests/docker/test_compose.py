@@ -75,6 +75,24 @@ def test_sidecar_reads_the_log_vllm_writes() -> None:
     assert any(p.endswith(":9400") for p in health["ports"])
 
 
+def test_the_compile_cache_is_a_volume_laid_out_as_the_charts() -> None:
+    """torch.compile's caches outlive the container, where the chart's compileCache puts them: a named volume at its
+    mountPath, VLLM_CACHE_ROOT and TORCHINDUCTOR_CACHE_DIR under it; the image makes that directory its user's, so a
+    new volume is writable by uid 2000 under docker too (docker gives a new volume the owner of the image's
+    directory, podman the container's user)."""
+    chart = yaml.safe_load((REPO / "charts" / "vllm-rocm" / "values.yaml").read_text())["compileCache"]
+    compose = load()
+    vllm = compose["services"]["vllm"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in vllm["volumes"]}
+    path = chart["mountPath"]
+    assert mounts[path] in compose["volumes"], mounts
+    assert vllm["environment"]["VLLM_CACHE_ROOT"] == f"{path}/vllm"
+    assert vllm["environment"]["TORCHINDUCTOR_CACHE_DIR"] == f"{path}/inductor"
+    dockerfile = (DOCKER / "vllm-rocm" / "Dockerfile").read_text()
+    assert re.search(rf"mkdir -p [^\n]*\s{re.escape(path)}\s", dockerfile), "the image makes the directory"
+    assert re.search(rf'chown "\$\{{VLLM_UID\}}:0" [^\n&]*\s{re.escape(path)}\s', dockerfile), "for its user"
+
+
 @pytest.mark.parametrize("mode", ["", "FULL_DECODE_ONLY"])
 def test_vllm_and_the_sidecar_get_the_same_cudagraph_mode(mode: str) -> None:
     """As the chart does: vLLM is given the mode explicitly, and the sidecar expects what vLLM was given (another

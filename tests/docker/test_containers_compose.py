@@ -439,7 +439,7 @@ def _down(stack: Stack) -> None:
     stack.compose("--profile", "monitoring", "down", timeout=300)  # without the profile its services stay up
     assert stack.containers() == {}, stack.containers()
     volumes = {}
-    for name in ("vllm-logs", "hf-cache", "prometheus-data", "alertmanager-data"):
+    for name in ("vllm-logs", "compile-cache", "hf-cache", "prometheus-data", "alertmanager-data"):
         info = json.loads(stack.podman("volume", "inspect", f"{PROJECT}_{name}").stdout)[0]
         volumes[name] = Path(info["Mountpoint"])
     log = (volumes["vllm-logs"] / "vllm.log").read_text(errors="replace")
@@ -448,6 +448,10 @@ def _down(stack: Stack) -> None:
     assert (volumes["prometheus-data"] / "wal").is_dir(), list(volumes["prometheus-data"].iterdir())
     assert (volumes["alertmanager-data"] / "nflog").is_file(), list(volumes["alertmanager-data"].iterdir())
     assert volumes["hf-cache"].is_dir()  # the model came from a mounted directory: nothing from a hub
+    # The engines' compile cache: the canary's logprobs made inductor compile the CPU sampler's kernels there, once
+    # (the later engines loaded them), as uid 2000 on a volume that took its owner from the image's /cache.
+    kernels = list((volumes["compile-cache"] / "inductor").rglob("*.so"))
+    assert kernels and all(k.stat().st_uid == 2000 for k in kernels), kernels
     stack.compose("--profile", "monitoring", "down", "--volumes", timeout=300)
     gone = stack.podman("volume", "ls", "--format", "{{.Name}}").stdout.split()
     assert not [v for v in gone if v.startswith(f"{PROJECT}_")], gone

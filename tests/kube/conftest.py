@@ -18,7 +18,7 @@ import pytest
 from vllm_rocm_stack.config import WORK
 
 from tests.support import kube, kube_node, tiers
-from tests.support.images import CPU_TARGET
+from tests.support.images import node_images, wait_node_preimport
 from tests.support.terminal import say
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,10 +77,8 @@ def node_cluster(built_images: dict, request: pytest.FixtureRequest) -> Iterator
     root = state_dir("node-")
     cluster = kube_node.NodeCluster(root)
     atexit.register(cluster.stop)  # an interrupted session (KeyboardInterrupt in a fixture) still cleans up
-    images = {
-        built_images["by_target"][target]["image"]: "podman:" + built_images["by_target"][target]["image"]
-        for target in (CPU_TARGET, "vllm-rocm-health")
-    }
+    images = node_images(built_images)
+    wait_node_preimport(request.config)  # one containerd at a time owns the store
     try:
         cluster.start(images=images)
     except BaseException as e:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import subprocess
 import sys
@@ -183,6 +184,11 @@ with open(out, "a") as f:
 """
 
 
+def compile_cache(cluster: NodeCluster) -> Path:
+    """The host directory of the module's compile-cache volume."""
+    return cluster.root / "compile-cache"
+
+
 @pytest.fixture(scope="module")
 def cluster(node_cluster: NodeCluster) -> NodeCluster:
     node_cluster.kubectl("create", "namespace", NS)
@@ -192,6 +198,43 @@ def cluster(node_cluster: NodeCluster) -> NodeCluster:
         "patch", "node", NODE, "--subresource=status", "--type=json",
         "-p", json.dumps([{"op": "add", "path": "/status/capacity/amd.com~1gpu", "value": "2"}]),
     )  # fmt: skip
+    # The compile cache, as an operator's pre-provisioned volume (compileCache.existingClaim): every server pod of
+    # the module shares it, as a Deployment's pods share their PVC, so inductor's CPU sampler kernels (compiled with
+    # g++ at a pod's first logprobs request: ~17 CPU-s, measured) are compiled by the first pod only. A hostPath is
+    # not chowned for fsGroup: the directory belongs to the chart's vLLM user.
+    cache = compile_cache(node_cluster)
+    cache.mkdir(exist_ok=True)
+    user = yaml.safe_load((CHART / "values.yaml").read_text())["securityContext"]
+    os.chown(cache, user["runAsUser"], user["runAsGroup"])
+    node_cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": "compile-cache"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(cache), "type": "Directory"},
+                    "claimRef": {"namespace": NS, "name": "compile-cache"},
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "compile-cache", "namespace": NS},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "volumeName": "compile-cache",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        ],  # fmt: skip
+        NS,
+    )
     # The models, as the operator's pre-provisioned volume: both directories of WORK/models, read-only.
     node_cluster.apply(
         [
@@ -246,7 +289,7 @@ def values(cluster: NodeCluster, built_images: dict, baseline: Path, timing: Can
         "shm": {"sizeLimit": "1Gi"},
         "amdNodeAffinity": {"enabled": False},
         "modelCache": {"existingClaim": "models"},
-        "compileCache": {"enabled": False},
+        "compileCache": {"existingClaim": "compile-cache"},
         # Probe often (the tests judge joins and leaves), but let a /readyz slowed by two vLLM servers and the
         # other test session on the same 2 cores answer: a probe timeout is not the gate the tests look at.
         "probes": {"readiness": {"periodSeconds": 2, "failureThreshold": 3, "timeoutSeconds": 5}},
@@ -380,6 +423,11 @@ def test_pod_joins_the_service_only_after_its_canary_passed(
     print(f"\nvLLM up, pod out of the Service for {joined.arrived - waiting[0].arrived:.0f} s until the canary passed")
     # And it serves through the Service (the fixture waited for kube-proxy's rules).
     assert complete(cluster, serving.base, "2+2=")
+    # The chart's compile cache, on the operator's claim, is where vLLM's torch.compile writes on a read-only root:
+    # the canary's logprobs made inductor compile its sampler kernels into it (the pods after this one load them).
+    env = {e["name"]: e.get("value") for e in spec["vllm"].get("env", [])}
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/cache/inductor" and env["VLLM_CACHE_ROOT"] == "/cache/vllm", env
+    assert any((compile_cache(cluster) / "inductor").rglob("*.so")), "inductor wrote no kernel into the compile cache"
 
 
 def test_helm_test_passes(cluster: NodeCluster, serving: Serving) -> None:

@@ -240,3 +240,19 @@ def test_each_part_says_the_cpu_time_it_and_its_children_took(
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[setup-vllm] exit 0")]
     cpu = float(line.split("; CPU ")[1].split(" s")[0])
     assert cpu >= 2, line
+
+
+@pytest.mark.parametrize(
+    "markers",
+    [set(), {"unit"}, {"integration"}, {"system"}, {"system", "host"}, {"integration", "host"}],
+    ids=lambda m: "+".join(sorted(m)) or "unmarked",
+)
+def test_the_sessions_split_every_test_once(markers: set[str]) -> None:
+    """Every test runs in exactly one session (none twice, none left out), and a system test marked `host` runs in the
+    main one."""
+    from _pytest.mark.expression import Expression  # what `-m` evaluates
+
+    chosen = [name for name, expr in testrun.SESSIONS if Expression.compile(expr).evaluate(lambda m: m in markers)]
+    assert len(chosen) == 1, (markers, chosen)
+    if markers == {"system", "host"}:
+        assert chosen == ["main"]

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from vllm_rocm_stack.generate import gen_bake
 from vllm_rocm_stack.images.build import default_targets
 from vllm_rocm_stack.images.standin import cpu_build_needs, cpu_release
 
+from tests.support import kube_node
 from tests.support.terminal import say
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,3 +105,51 @@ def build_images(out: Path, config: pytest.Config | None = None) -> dict:
         img["dockerfile"]: img for img in data["images"] if img["target"] in (PATCHED_TARGET, "vllm-rocm-health")
     }
     return data
+
+
+# The images the node tests run, as the node imports them: reference -> `podman:<reference>`.
+NODE_TARGETS = (CPU_TARGET, "vllm-rocm-health")
+PREIMPORT = pytest.StashKey[kube_node.Preimport]()
+
+
+def node_images(built: dict) -> dict[str, str]:
+    refs = [built["by_target"][target]["image"] for target in NODE_TARGETS]
+    return {ref: "podman:" + ref for ref in refs}
+
+
+def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_node.Preimport | None:
+    """Start importing the node's images into its kept containerd store in the background (kube_node.Preimport),
+    when this session will start the node and the disk has room for the import beside what the Kubernetes build's Go
+    caches may still take; the node's start waits for it (`wait_node_preimport`). Otherwise the node imports at its
+    start, as it did before."""
+    config = request.config
+    if not any("node_cluster" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        return None
+    if kube_node.refusal() or not all(Path(p).exists() for p in (kube_node.CONTAINERD, kube_node.CTR)):
+        return None
+    from vllm_rocm_stack.images.podman import Podman
+
+    sizes = [int(Podman()("image", "inspect", "--format", "{{.Size}}", ref).stdout) for ref in node_images(built)]
+    # Blobs and snapshots at once (the blobs are dropped once unpacked), plus what the Go caches may still grow by.
+    need = 2 * sum(sizes) + (GO_CACHE_GROWTH if kube_build.running() else 0)
+    free = shutil.disk_usage(WORK).free
+    if free < need:
+        say(config, f"node images: {free / 1e9:.1f} GB free, the import wants {need / 1e9:.1f} GB now: "
+                    "the node imports them at its start")  # fmt: skip
+        return None
+    (WORK / "tmp").mkdir(parents=True, exist_ok=True)
+    state = Path(tempfile.mkdtemp(prefix="preimport-", dir=WORK / "tmp"))
+    say(config, f"node images: importing {', '.join(node_images(built))} into the node's store in the background")
+    pre = kube_node.Preimport(node_images(built), state).start()
+    config.stash[PREIMPORT] = pre
+    return pre
+
+
+def wait_node_preimport(config: pytest.Config) -> None:
+    """Wait for the background import, if one was started, and say what it did; its state directory goes."""
+    pre = config.stash.get(PREIMPORT, None)
+    if pre is None:
+        return
+    say(config, "node images: " + pre.wait())
+    del config.stash[PREIMPORT]
+    shutil.rmtree(pre.state, ignore_errors=True)

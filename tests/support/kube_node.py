@@ -17,6 +17,7 @@ Nothing here is pytest-specific (tests/kube/conftest.py wraps it in a session fi
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -214,7 +215,7 @@ class NodeCluster:
         )
 
     def ctr(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return _run([CTR, "-a", str(self.socket), "-n", "k8s.io", *args], timeout=timeout, check=check)
+        return ImageStore(self.socket).ctr(*args, timeout=timeout, check=check)
 
     def watch(self, resource: str, *args: str) -> Watch:
         """Every change to `resource` objects (`args`: namespace, selectors) as the API server makes it."""
@@ -458,27 +459,12 @@ state = "{self.root / "run" / "containerd"}"
 
     def import_images(self, images: Mapping[str, str]) -> None:
         """image reference -> an OCI archive path, or `podman:<ref>` to take it from the image builds' storage.
-        Imported only when the source changed since the last import into the kept store."""
-        stamps_file = CONTAINERD_ROOT / "imports.json"
-        stamps = json.loads(stamps_file.read_text()) if stamps_file.exists() else {}
-        present = set(self.ctr("images", "ls", "-q").stdout.split())
-        for ref, source in images.items():
-            stamp = _source_stamp(source)
-            if ref in present and stamps.get(ref) == stamp:
-                continue
-            t = time.monotonic()
-            _import(self, ref, source)
-            stamps[ref] = stamp
-            stamps_file.write_text(json.dumps(stamps, indent=1))
-            self.timings[f"import {ref}"] = round(time.monotonic() - t, 1)
+        Imported only when the source changed since the last import into the kept store (a pre-import's included)."""
+        self.timings.update(ImageStore(self.socket).import_images(images))
 
     def image_digest(self, ref: str) -> str:
         """The digest containerd stores `ref` under (what a pod spec names with `repo@sha256:...`)."""
-        for line in self.ctr("images", "ls").stdout.splitlines()[1:]:
-            parts = line.split()
-            if parts and parts[0] == ref:
-                return parts[2]
-        raise KeyError(f"{ref} is not in containerd")
+        return ImageStore(self.socket).image_digest(ref)
 
     def _kubelet(self, deadline: float) -> None:
         for d in _cgroup_dirs(self.cgroup_root.lstrip("/")):
@@ -777,6 +763,107 @@ class Watch:
         self.close()
 
 
+class ImageStore:
+    """The kept containerd store (CONTAINERD_ROOT) through one running containerd's socket, in the kubelet's k8s.io
+    namespace: the node's own containerd, or a pre-import's."""
+
+    def __init__(self, socket: Path, root: Path = CONTAINERD_ROOT) -> None:
+        self.socket, self.root = socket, root
+
+    def ctr(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run([CTR, "-a", str(self.socket), "-n", "k8s.io", *args], timeout=timeout, check=check)
+
+    def image_digest(self, ref: str) -> str:
+        for line in self.ctr("images", "ls").stdout.splitlines()[1:]:
+            parts = line.split()
+            if parts and parts[0] == ref:
+                return parts[2]
+        raise KeyError(f"{ref} is not in containerd")
+
+    def import_images(self, images: Mapping[str, str]) -> dict[str, float]:
+        """Import each image whose source changed since its last import (the stamps file); the seconds each took."""
+        stamps_file = self.root / "imports.json"
+        stamps = json.loads(stamps_file.read_text()) if stamps_file.exists() else {}
+        present = set(self.ctr("images", "ls", "-q").stdout.split())
+        timings = {}
+        for ref, source in images.items():
+            stamp = _source_stamp(source)
+            if ref in present and stamps.get(ref) == stamp:
+                continue
+            t = time.monotonic()
+            _import(self, ref, source)
+            stamps[ref] = stamp
+            stamps_file.write_text(json.dumps(stamps, indent=1))
+            timings[f"import {ref}"] = round(time.monotonic() - t, 1)
+        return timings
+
+
+class Preimport:
+    """The node's images imported into the kept store in the background, by a containerd of its own (no CRI plugin,
+    no network namespace), while the session's other tests run. Importing the serving stand-in (7.3 GB, written
+    twice: blobs, then snapshots) is mostly disk: 216 s of the node's start on the busy 2-core machine, beside tests
+    that are mostly CPU. The node's start waits for it (one containerd at a time owns the store) and then imports
+    only what is not current: a failed or skipped pre-import leaves its work to the node's start, nothing else."""
+
+    def __init__(self, images: Mapping[str, str], state: Path, root: Path = CONTAINERD_ROOT) -> None:
+        self.images, self.state, self.root = dict(images), state, root
+        self.timings: dict[str, float] = {}
+        self.error = ""
+        self.seconds = 0.0
+        self._containerd: Process | None = None
+        self._thread = threading.Thread(target=self._run, name="node image pre-import", daemon=True)
+
+    def start(self) -> Preimport:
+        atexit.register(self.kill)  # an interrupted session leaves no containerd behind
+        self._thread.start()
+        return self
+
+    def kill(self) -> None:
+        """Stop its containerd now (an import it cut short is redone: the stamps are written after each import)."""
+        if self._containerd is not None:
+            self._containerd.stop(grace=5)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        containerd: Process | None = None
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.state / "run").mkdir(parents=True, exist_ok=True)
+            socket = self.state / "run" / "containerd.sock"
+            config = self.state / "containerd.toml"
+            config.write_text(
+                f'version = 2\nroot = "{self.root}"\nstate = "{self.state / "run"}"\n'
+                f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{socket}"\n'
+                f'[ttrpc]\n  address = "{socket}.ttrpc"\n'
+            )
+            containerd = self._containerd = Process(
+                "containerd", [CONTAINERD, "--config", str(config)], self.state / "containerd.log"
+            )
+            store = ImageStore(socket, self.root)
+            deadline = time.monotonic() + START_TIMEOUT
+            while store.ctr("version", check=False).returncode != 0:
+                containerd.check_running()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"containerd did not answer in {START_TIMEOUT:.0f} s:\n{containerd.tail()}")
+                time.sleep(0.25)
+            self.timings = store.import_images(self.images)
+        except Exception as e:  # the node's start imports what this did not
+            self.error = f"{type(e).__name__}: {e}"
+            log.warning("node image pre-import failed (the node's start imports instead): %s", self.error)
+        finally:
+            if containerd is not None:
+                containerd.stop(grace=30)
+            self.seconds = time.monotonic() - t0
+
+    def wait(self) -> str:
+        """Block until the pre-import is over and its containerd stopped; what it did, in words."""
+        self._thread.join()
+        atexit.unregister(self.kill)
+        if self.error:
+            return f"the pre-import failed after {self.seconds:.0f} s, the node imports instead: {self.error}"
+        return f"pre-imported in {self.seconds:.0f} s in the background: {self.timings or 'all current'}"
+
+
 def pause_image() -> str:
     return f"localhost/vllm-rocm-kube/pause:{pinned_versions()['KUBE_BUILD_VERSION']}"
 
@@ -794,14 +881,14 @@ def _source_stamp(source: str) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def _import(cluster: NodeCluster, ref: str, source: str) -> None:
+def _import(store: ImageStore, ref: str, source: str) -> None:
     """`ctr images import` of an OCI archive, or of `podman save`'s stream, named `ref` in containerd's k8s.io
     namespace (the kubelet's); then the layer blobs are dropped, the unpacked snapshots kept. The stream is a
     docker-archive: its layers go uncompressed and straight from the storage into the stream. An oci-archive is
     assembled whole in podman's temp directory first (measured: 691 MB of temp for a 408 MB image), and gzipped by
     default: 116 s of podman's CPU and containerd's gunzip for the serving stand-in's 7.3 GB, a stream that never
     leaves the machine (process accounting, 2026-12-05)."""
-    importer = [CTR, "-a", str(cluster.socket), "-n", "k8s.io", "images", "import", "--digests", "--all-platforms"]
+    importer = [CTR, "-a", str(store.socket), "-n", "k8s.io", "images", "import", "--digests", "--all-platforms"]
     if source.startswith("podman:"):
         from vllm_rocm_stack.images.podman import Podman
 
@@ -826,10 +913,10 @@ def _import(cluster: NodeCluster, ref: str, source: str) -> None:
         if save.wait(60) != 0 or imp.returncode != 0:
             raise RuntimeError(
                 f"importing {src} into containerd failed: podman save: {save_err.strip()}; ctr: {imp.stderr.strip()}"
-                + _disk_note()
+                + _disk_note(store.root)
             )
         if ref != src:
-            cluster.ctr("images", "tag", "--force", src, ref)
+            store.ctr("images", "tag", "--force", src, ref)
     else:
         with open(source, "rb") as f:
             imp = subprocess.run(
@@ -840,28 +927,30 @@ def _import(cluster: NodeCluster, ref: str, source: str) -> None:
                 timeout=3600,
             )
         if imp.returncode != 0:
-            raise RuntimeError(f"importing {source} into containerd failed: {imp.stderr.strip()}{_disk_note()}")
-    _drop_layer_blobs(cluster, ref)
+            raise RuntimeError(
+                f"importing {source} into containerd failed: {imp.stderr.strip()}{_disk_note(store.root)}"
+            )
+    _drop_layer_blobs(store, ref)
 
 
-def _disk_note() -> str:
-    free = shutil.disk_usage(CONTAINERD_ROOT).free
-    return f" ({free / 1e9:.1f} GB free now on the filesystem of {CONTAINERD_ROOT})"
+def _disk_note(root: Path) -> str:
+    free = shutil.disk_usage(root).free
+    return f" ({free / 1e9:.1f} GB free now on the filesystem of {root})"
 
 
-def _layer_digests(cluster: NodeCluster, digest: str) -> list[str]:
+def _layer_digests(store: ImageStore, digest: str) -> list[str]:
     """The layer blobs under a manifest or index (as `ctr content get` reads them)."""
-    doc = json.loads(cluster.ctr("content", "get", digest).stdout)
+    doc = json.loads(store.ctr("content", "get", digest).stdout)
     if "manifests" in doc:
-        return [d for m in doc["manifests"] for d in _layer_digests(cluster, m["digest"])]
+        return [d for m in doc["manifests"] for d in _layer_digests(store, m["digest"])]
     return [layer["digest"] for layer in doc.get("layers", [])]
 
 
-def _drop_layer_blobs(cluster: NodeCluster, ref: str) -> None:
+def _drop_layer_blobs(store: ImageStore, ref: str) -> None:
     """Delete an imported image's layer blobs from containerd's content store once they are unpacked: what the CRI's
     own `discard_unpacked_layers` does for pulled images. Containers run from the unpacked snapshots; the blobs
     are read only to push or re-unpack, neither of which happens here, and they are the serving stand-in's 7.3 GB
     a second time (a fresh CI run is short of disk). A later import of a changed image writes them again."""
-    digests = sorted(set(_layer_digests(cluster, cluster.image_digest(ref))))
+    digests = sorted(set(_layer_digests(store, store.image_digest(ref))))
     if digests:
-        cluster.ctr("content", "rm", *digests)
+        store.ctr("content", "rm", *digests)
