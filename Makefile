@@ -39,10 +39,10 @@ setup-vllm: setup-base ## Install the real vLLM CPU build and build the offline 
 run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: vLLM (CPU) + health sidecar + Prometheus with the alert rules + Alertmanager -> local receiver
 	@$(if $(call wants_help,$(RUN_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
-# The Kubernetes build (CPU-bound, the longest setup step on a fresh machine) runs in the background from the start;
-# the vLLM CPU venv (mostly downloads) beside it; then the system tier and the rest as two pytest sessions side by side,
-# the cluster tests waiting for the build if it still runs (tools/src/vllm_rocm_stack/testrun.py).
-test: check ## Set up and run every test: the Kubernetes build in the background, two pytest sessions side by side (after `make check`)
+# The Kubernetes build (CPU-bound, the longest setup step on a fresh machine) and the unit tier start at once; the
+# vLLM CPU venv (mostly downloads) is set up beside them; then the system and integration tiers, three pytest sessions
+# side by side, the cluster tests waiting for the build if it still runs (tools/src/vllm_rocm_stack/testrun.py).
+test: check ## Set up and run every test: the Kubernetes build in the background, a pytest session per tier side by side (after `make check`)
 	@PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.testrun -- $(PYTEST_ARGS)
 
 # The unit tier on every core (pytest-xdist), whole files per worker so that a module's fixtures are made once:
@@ -80,9 +80,10 @@ patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-pac
 dashboard: generate ## Alias of `make generate` (the chart's Grafana dashboard JSON is one of the generated files)
 
 # This repository's CPU build, model and work directory: an installed `vllm-rocm qualify` defaults to `vllm serve`.
-# Two servers side by side on two cores, one OpenMP thread each (vLLM's CPU build binds them all to one core else).
+# Two servers side by side on two cores, one OpenMP thread each (vLLM's CPU build binds them all to one core else),
+# each with a 128 MiB KV cache (vllm_rocm_stack/vllm_server.py, KV_CACHE_BYTES, says why).
 QUALIFY_CPU_ARGS = --model $(VLLM_ROCM_WORK)/models/smollm2-135m-instruct --served-model-name smollm2-135m-instruct \
-  --workdir $(VLLM_ROCM_WORK)/qualify --env VLLM_CPU_KVCACHE_SPACE=1 --parallel 2 \
+  --workdir $(VLLM_ROCM_WORK)/qualify --kv-cache-bytes 134217728 --parallel 2 \
   --env VLLM_CPU_OMP_THREADS_BIND=nobind --env OMP_NUM_THREADS=1 \
   --command '$(VLLM_ROCM_WORK)/vllm-venv/bin/python -m vllm.entrypoints.openai.api_server --model {model} --served-model-name {served_model_name} --host 127.0.0.1 --port {port} --seed 0 {mode_args}'
 qualify: $(if $(call wants_help,$(QUALIFY_ARGS)),,setup-vllm) ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)

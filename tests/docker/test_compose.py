@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 from vllm_rocm_stack.config import pinned_versions
+from vllm_rocm_stack.vllm_server import CPU_ARGS
 
+from tests.support import docker_shim
 from tests.support.compose import interpolate, interpolated, podman_compose, schema_check
 from tests.support.repo import DOCKER, REPO, tool
 
@@ -73,6 +75,16 @@ def test_sidecar_reads_the_log_vllm_writes() -> None:
     assert health["environment"]["VLLM_HEALTH_VLLM_URL"] == "http://vllm:8000"
     assert health["depends_on"]["vllm"]["condition"] == "service_started"
     assert any(p.endswith(":9400") for p in health["ports"])
+
+
+def test_the_cpu_overlay_sizes_vllm_as_the_local_servers() -> None:
+    """The CPU overlay's vLLM (compose, and every `docker run` line through the shim) gets the KV cache the local
+    servers get: several run side by side in the tests, and the default would size itself from the machine."""
+    cpu = docker_shim.overlay()
+    command = [str(a) for a in cpu["command"]]
+    i = command.index(CPU_ARGS[0])
+    assert command[i : i + len(CPU_ARGS)] == CPU_ARGS, command
+    assert "VLLM_CPU_KVCACHE_SPACE" not in cpu["environment"]  # the legacy setting would size it in GiB
 
 
 def test_the_compile_cache_is_a_volume_laid_out_as_the_charts() -> None:

@@ -34,8 +34,10 @@ import pytest
 import yaml
 from vllm_rocm_health.canary.problems import generate, parse_answer
 from vllm_rocm_stack.config import WORK
+from vllm_rocm_stack.vllm_server import CPU_ARGS
 
 from tests.support.canary import CFG, CanaryTiming
+from tests.support.crowd import crowd
 from tests.support.images import CPU_TARGET
 from tests.support.kube_node import NODE, NodeCluster, Watch, WatchEvent
 
@@ -184,6 +186,13 @@ with open(out, "a") as f:
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_crowd(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Two or three vLLM pods at once: not while qualify's live runs run theirs (tests/support/crowd.py)."""
+    with crowd("the node tests", request.config):
+        yield
+
+
 def compile_cache(cluster: NodeCluster) -> Path:
     """The host directory of the module's compile-cache volume."""
     return cluster.root / "compile-cache"
@@ -283,8 +292,8 @@ def values(cluster: NodeCluster, built_images: dict, baseline: Path, timing: Can
         "vllm": {"release": CPU_TARGET.removeprefix("vllm-rocm-").replace("_", ".")},
         "enforceEager": True,
         "maxModelLen": 2048,
-        "extraArgs": ["--dtype", "bfloat16", "--seed", "0"],
-        "extraEnv": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "extraArgs": ["--dtype", "bfloat16", "--seed", "0", *CPU_ARGS],
+        "extraEnv": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
         "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"memory": "6Gi"}},
         "shm": {"sizeLimit": "1Gi"},
         "amdNodeAffinity": {"enabled": False},

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,10 @@ from vllm_rocm_health.canary.baseline import Baseline
 from vllm_rocm_qualify.client import Output
 from vllm_rocm_qualify.compare import compare_one
 from vllm_rocm_stack.config import WORK
-from vllm_rocm_stack.vllm_server import VLLM_PYTHON
+from vllm_rocm_stack.vllm_server import KV_CACHE_BYTES, VLLM_PYTHON
 
 from tests.support import tiers
+from tests.support.crowd import crowd
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +61,13 @@ def command(wrong: str, missing: str) -> str:
         "--host 127.0.0.1 --port {port} --seed 0 --max-model-len 1024 --dtype bfloat16 "
         """--compilation-config '{"mode":0,"cudagraph_mode":"{mode}"}'"""
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_crowd(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Four servers side by side: not while the node tests run theirs (tests/support/crowd.py)."""
+    with crowd("qualify's live runs", request.config):
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -95,8 +104,8 @@ def start(workdir: Path, *args: str) -> subprocess.Popen:
             str(GOOD),
             "--served-model-name",
             "smollm2-135m-instruct",
-            "--env",
-            "VLLM_CPU_KVCACHE_SPACE=1",
+            "--kv-cache-bytes",  # each server's --kv-cache-memory-bytes: four side by side fit the machine
+            str(KV_CACHE_BYTES),
             *args,
         ],
         stdout=subprocess.PIPE,

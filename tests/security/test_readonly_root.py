@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from vllm_rocm_qualify.processes import ManagedProcess, wait_until
 from vllm_rocm_stack.config import WORK
+from vllm_rocm_stack.vllm_server import CPU_ARGS
 
 from tests.support.helm_chart import ROOT, container, pod_spec, render
 from tests.support.vllm_server import VLLM_PYTHON, free_port
@@ -32,11 +33,11 @@ HERE = Path(__file__).resolve().parent
 SANDBOX = HERE / "pod_sandbox.sh"
 MODEL = WORK / "models" / "smollm2-135m-instruct"
 HIDDEN = ("/home/", "/root/", "/tmp/")  # host directories the sandbox does not show (pod_sandbox.sh)
-# The test's own settings on top of the chart's: nothing from a model hub, a KV cache a small machine can hold.
+# The test's own settings on top of the chart's: nothing from a model hub, a KV cache a small machine can hold
+# (CPU_ARGS, with the server's other arguments).
 TEST_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "LANG": "C.UTF-8",
 }
@@ -171,6 +172,7 @@ def test_vllm_serves_on_a_read_only_root(tmp_path: Path) -> None:
             "bfloat16",
             "--seed",
             "0",
+            *CPU_ARGS,
         ],
     )
     # The model sits on the model-cache volume, owned by the pod's user, as a download into HF_HOME would.

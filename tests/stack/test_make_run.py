@@ -33,7 +33,7 @@ from tests.support.canary import CanaryTiming
 from tests.support.sidecar import free_port, get
 from tests.support.vllm_server import VllmServer
 
-# host: `make test` runs it in its main session (tools/src/vllm_rocm_stack/testrun.py, SESSIONS).
+# host: `make test` runs it in its integration session (tools/src/vllm_rocm_stack/testrun.py, SESSIONS).
 pytestmark = [pytest.mark.system, pytest.mark.host]
 
 

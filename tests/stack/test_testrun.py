@@ -219,6 +219,10 @@ def test_the_disk_watch_reports_the_lowest_free_space_it_saw(tmp_path: Path, mon
         return shutil._ntuple_diskusage(100 * gb, 0, seen[-1])
 
     monkeypatch.setattr(testrun.shutil, "disk_usage", usage)
+    real = testrun.mem_available()  # read from /proc/meminfo
+    assert real is None or real > 0
+    mems = iter([9 * gb, 7 * gb, 3 * gb, 8 * gb])
+    monkeypatch.setattr(testrun, "mem_available", lambda: next(mems, 8 * gb))
     watch = testrun.DiskWatch(tmp_path / "not" / "made", every=0.01)
     deadline = time.monotonic() + 30
     while len(seen) < 5 and time.monotonic() < deadline:
@@ -226,6 +230,7 @@ def test_the_disk_watch_reports_the_lowest_free_space_it_saw(tmp_path: Path, mon
     report = watch.report()
     assert watch.path == tmp_path  # the nearest existing directory: the filesystem WORK will be made on
     assert "30.0 GB free at the start, lowest 5.0 GB" in report and "26.0 GB at the end" in report
+    assert "memory: lowest 3.0 GB available" in report, report
 
 
 def test_each_part_says_the_cpu_time_it_and_its_children_took(
@@ -244,15 +249,18 @@ def test_each_part_says_the_cpu_time_it_and_its_children_took(
 
 @pytest.mark.parametrize(
     "markers",
-    [set(), {"unit"}, {"integration"}, {"system"}, {"system", "host"}, {"integration", "host"}],
-    ids=lambda m: "+".join(sorted(m)) or "unmarked",
+    # As `-m` sees them: one tier each (tests/support/tiers.py gives an unmarked test `unit`, and refuses two).
+    [{"unit"}, {"integration"}, {"system"}, {"system", "host"}, {"integration", "host"}, {"unit", "host"}],
+    ids=lambda m: "+".join(sorted(m)),
 )
 def test_the_sessions_split_every_test_once(markers: set[str]) -> None:
-    """Every test runs in exactly one session (none twice, none left out), and a system test marked `host` runs in the
-    main one."""
+    """Every test runs in exactly one session (none twice, none left out); a system test marked `host` runs with the
+    integration tier, and only the unit tier starts before the vLLM CPU setup."""
     from _pytest.mark.expression import Expression  # what `-m` evaluates
 
-    chosen = [name for name, expr in testrun.SESSIONS if Expression.compile(expr).evaluate(lambda m: m in markers)]
+    chosen = [s for s in testrun.SESSIONS if Expression.compile(s[1]).evaluate(lambda m: m in markers)]
     assert len(chosen) == 1, (markers, chosen)
+    name, _, after_setup = chosen[0]
     if markers == {"system", "host"}:
-        assert chosen == ["main"]
+        assert name == "integration"
+    assert after_setup == ("unit" not in markers)

