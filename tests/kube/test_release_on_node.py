@@ -198,6 +198,36 @@ def compile_cache(cluster: NodeCluster) -> Path:
     return cluster.root / "compile-cache"
 
 
+def host_volume(name: str, path: Path) -> list[dict[str, Any]]:
+    """An operator's pre-provisioned volume on the node's directory `path`, and the claim bound to it, both `name`."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(path), "type": "Directory"},
+                "claimRef": {"namespace": NS, "name": name},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "volumeName": name,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]
+
+
 @pytest.fixture(scope="module")
 def cluster(node_cluster: NodeCluster) -> NodeCluster:
     node_cluster.kubectl("create", "namespace", NS)
@@ -215,65 +245,9 @@ def cluster(node_cluster: NodeCluster) -> NodeCluster:
     cache.mkdir(exist_ok=True)
     user = yaml.safe_load((CHART / "values.yaml").read_text())["securityContext"]
     os.chown(cache, user["runAsUser"], user["runAsGroup"])
-    node_cluster.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": "compile-cache"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "",
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": str(cache), "type": "Directory"},
-                    "claimRef": {"namespace": NS, "name": "compile-cache"},
-                },
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "compile-cache", "namespace": NS},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "",
-                    "volumeName": "compile-cache",
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            },
-        ],  # fmt: skip
-        NS,
-    )
+    node_cluster.apply(host_volume("compile-cache", cache), NS)
     # The models, as the operator's pre-provisioned volume: both directories of WORK/models, read-only.
-    node_cluster.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": "models"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "",
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": str(WORK / "models"), "type": "Directory"},
-                    "claimRef": {"namespace": NS, "name": "models"},
-                },
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "models", "namespace": NS},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "",
-                    "volumeName": "models",
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            },
-        ],  # fmt: skip
-        NS,
-    )
+    node_cluster.apply(host_volume("models", WORK / "models"), NS)
     return node_cluster
 
 
