@@ -129,7 +129,12 @@ def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_no
         return None
     from vllm_rocm_stack.images.podman import Podman
 
-    sizes = [int(Podman()("image", "inspect", "--format", "{{.Size}}", ref).stdout) for ref in node_images(built)]
+    images = node_images(built)
+    try:
+        sizes = [int(Podman()("image", "inspect", "--format", "{{.Size}}", ref).stdout) for ref in images]
+    except Exception as e:  # only a head start is lost: the node imports at its start, and fails there if it must
+        say(config, f"node images: their sizes are unknown ({e}): the node imports them at its start")
+        return None
     # Blobs and snapshots at once (the blobs are dropped once unpacked), plus what the Go caches may still grow by.
     need = 2 * sum(sizes) + (GO_CACHE_GROWTH if kube_build.running() else 0)
     free = shutil.disk_usage(WORK).free
@@ -139,8 +144,8 @@ def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_no
         return None
     (WORK / "tmp").mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="preimport-", dir=WORK / "tmp"))
-    say(config, f"node images: importing {', '.join(node_images(built))} into the node's store in the background")
-    pre = kube_node.Preimport(node_images(built), state).start()
+    say(config, f"node images: importing {', '.join(images)} into the node's store in the background")
+    pre = kube_node.Preimport(images, state).start()
     config.stash[PREIMPORT] = pre
     return pre
 

@@ -1,0 +1,46 @@
+"""When the system session starts the node's background image import (tests/support/images.py): only for a session
+that will start the node, and never at the cost of the session: a probe that fails leaves the import to the node's
+start, said in words, with nothing started."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.support import images
+
+
+def request(*fixturenames: str) -> Any:
+    config = SimpleNamespace(stash=pytest.Stash(), pluginmanager=SimpleNamespace(get_plugin=lambda name: None))
+    return SimpleNamespace(config=config, session=SimpleNamespace(items=[SimpleNamespace(fixturenames=fixturenames)]))
+
+
+BUILT = {"by_target": {t: {"image": f"localhost/{t}:x"} for t in images.NODE_TARGETS}}
+
+
+def test_a_session_without_the_node_starts_nothing() -> None:
+    req = request("built_images", "podman")
+    assert images.start_node_preimport(req, BUILT) is None
+    assert req.config.stash.get(images.PREIMPORT, None) is None
+
+
+def test_a_failed_size_probe_leaves_the_import_to_the_node(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(images.kube_node, "refusal", lambda: "")
+    monkeypatch.setattr(images.kube_node, "CONTAINERD", "/bin/sh")
+    monkeypatch.setattr(images.kube_node, "CTR", "/bin/sh")
+
+    class Broken:
+        def __call__(self, *args: str) -> Any:
+            raise RuntimeError("podman image inspect: no such image")
+
+    import vllm_rocm_stack.images.podman as podman
+
+    monkeypatch.setattr(podman, "Podman", Broken)
+    req = request("node_cluster")
+    assert images.start_node_preimport(req, BUILT) is None
+    assert req.config.stash.get(images.PREIMPORT, None) is None
+    assert "the node imports them at its start" in capsys.readouterr().out
