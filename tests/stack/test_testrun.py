@@ -223,7 +223,7 @@ def test_the_disk_watch_reports_the_lowest_free_space_it_saw(tmp_path: Path, mon
     assert real is None or real > 0
     mems = iter([9 * gb, 7 * gb, 3 * gb, 8 * gb])
     monkeypatch.setattr(testrun, "mem_available", lambda: next(mems, 8 * gb))
-    watch = testrun.DiskWatch(tmp_path / "not" / "made", every=0.01)
+    watch = testrun.ResourceWatch(tmp_path / "not" / "made", every=0.01)
     deadline = time.monotonic() + 30
     while len(seen) < 5 and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -154,6 +154,7 @@ class NodeCluster:
         self.started_in = 0.0
         self.kubeconfig = root / "admin.kubeconfig"
         self.socket = root / "run" / "containerd" / "containerd.sock"
+        self.store = ImageStore(self.socket)
         self._netns_made = False
 
     # --- running things inside the namespace --------------------------------------------------------------------
@@ -215,7 +216,7 @@ class NodeCluster:
         )
 
     def ctr(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return ImageStore(self.socket).ctr(*args, timeout=timeout, check=check)
+        return self.store.ctr(*args, timeout=timeout, check=check)
 
     def watch(self, resource: str, *args: str) -> Watch:
         """Every change to `resource` objects (`args`: namespace, selectors) as the API server makes it."""
@@ -460,11 +461,11 @@ state = "{self.root / "run" / "containerd"}"
     def import_images(self, images: Mapping[str, str]) -> None:
         """image reference -> an OCI archive path, or `podman:<ref>` to take it from the image builds' storage.
         Imported only when the source changed since the last import into the kept store (a pre-import's included)."""
-        self.timings.update(ImageStore(self.socket).import_images(images))
+        self.timings.update(self.store.import_images(images))
 
     def image_digest(self, ref: str) -> str:
         """The digest containerd stores `ref` under (what a pod spec names with `repo@sha256:...`)."""
-        return ImageStore(self.socket).image_digest(ref)
+        return self.store.image_digest(ref)
 
     def _kubelet(self, deadline: float) -> None:
         for d in _cgroup_dirs(self.cgroup_root.lstrip("/")):
@@ -825,7 +826,6 @@ class Preimport:
 
     def _run(self) -> None:
         t0 = time.monotonic()
-        containerd: Process | None = None
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             (self.state / "run").mkdir(parents=True, exist_ok=True)
@@ -836,7 +836,7 @@ class Preimport:
                 f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{socket}"\n'
                 f'[ttrpc]\n  address = "{socket}.ttrpc"\n'
             )
-            containerd = self._containerd = Process(
+            self._containerd = containerd = Process(
                 "containerd", [CONTAINERD, "--config", str(config)], self.state / "containerd.log"
             )
             store = ImageStore(socket, self.root)
@@ -851,8 +851,8 @@ class Preimport:
             self.error = f"{type(e).__name__}: {e}"
             log.warning("node image pre-import failed (the node's start imports instead): %s", self.error)
         finally:
-            if containerd is not None:
-                containerd.stop(grace=30)
+            if self._containerd is not None:
+                self._containerd.stop(grace=30)
             self.seconds = time.monotonic() - t0
 
     def wait(self) -> str:

@@ -94,7 +94,7 @@ def mem_available() -> int | None:
     return None
 
 
-class DiskWatch:
+class ResourceWatch:
     """The lowest free space on WORK's filesystem and the lowest available memory while the run lasts (every 2 s),
     printed at the end: a failure for want of space or memory reads against them, and a run that passed says how
     close it came (the sessions run several vLLM servers at once, ~2.8 GB each)."""
@@ -225,7 +225,7 @@ def run(pytest_args: list[str] | None) -> int:
     with `pytest_args`."""
     tmp = WORK / "tmp"
     parts: list[Part] = []
-    disk = DiskWatch(WORK)
+    disk = ResourceWatch(WORK)
     # Started in the background by a shell, this process may have SIGINT ignored, which every child inherits across
     # exec: stop() could not interrupt them (pytest's teardown never ran; seen running `.ci/run &`). A handler here
     # is reset to the default in each child.
