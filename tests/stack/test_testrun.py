@@ -247,6 +247,38 @@ def test_each_part_says_the_cpu_time_it_and_its_children_took(
     assert cpu >= 2, line
 
 
+def test_a_part_says_it_ended_when_it_ends_not_when_it_is_waited_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sessions are waited for one after the other; a session that ended early must say so then, with its own
+    time (CI's report of 16fbd84 gave the integration session the system session's 29.3 min)."""
+    release = tmp_path / "release"
+    quick = testrun.Part("quick", ["true"], tmp_path / "quick.log").start()
+    slow = testrun.Part(
+        "slow", script(tmp_path / "slow.sh", f"while [ ! -e {release} ]; do sleep 0.05; done\n"), tmp_path / "s.log"
+    ).start()
+    try:
+        while quick.running:  # observed, not timed: the slow part waits for the file
+            time.sleep(0.01)
+        assert slow.running
+        release.touch()
+        assert slow.wait() == 0 and quick.wait() == 0
+    finally:
+        slow.stop()
+    lines = [line for line in capsys.readouterr().out.splitlines() if " exit 0 after " in line]
+    assert [line.split()[0] for line in lines] == ["[quick]", "[slow]"], lines
+    assert quick.ended is not None and slow.ended is not None and quick.ended < slow.ended
+
+
+def test_stop_ends_a_running_part_and_reaps_it(tmp_path: Path) -> None:
+    part = testrun.Part("sleeper", ["sleep", "600"], tmp_path / "sleeper.log").start()
+    assert part.proc is not None
+    part.stop()
+    assert not part.running and part.proc.returncode == -signal.SIGINT
+    with pytest.raises(ProcessLookupError):
+        os.kill(part.proc.pid, 0)  # reaped, not a zombie
+
+
 @pytest.mark.parametrize(
     "markers",
     # As `-m` sees them: one tier each (tests/support/tiers.py gives an unmarked test `unit`, and refuses two).

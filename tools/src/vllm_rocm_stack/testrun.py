@@ -19,6 +19,7 @@ With pytest arguments (a path, -k, -m) the tests run as one session, after the s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -146,6 +147,8 @@ class Part:
     tail: list[str] = field(default_factory=list)
     started: float = 0.0
     pump: threading.Thread | None = None
+    reaper: threading.Thread | None = None
+    ended: float | None = None
     cpu: tuple[float, float] | None = None  # user, system seconds (with the descendants it waited for)
 
     def start(self) -> Part:
@@ -157,6 +160,8 @@ class Part:
         self.started = time.monotonic()
         self.pump = threading.Thread(target=self._pump, daemon=True)
         self.pump.start()
+        self.reaper = threading.Thread(target=self._reap, daemon=True)
+        self.reaper.start()
         return self
 
     def _pump(self) -> None:
@@ -170,40 +175,52 @@ class Part:
                 self.tail.append(line)
                 del self.tail[:-TAIL]
 
-    def wait(self) -> int:
-        """The exit code, and a line with the wall time and the CPU time: the part's and its descendants' that it
-        waited for (builds, helm, the CLIs, vLLM's API servers; not what left it for init, such as vLLM's workers,
-        nor containers, which podman's conmon parents: `cpu_accounting` counts those). On 2 shared cores the CPU
-        time, not the wall time, says what a change saved."""
+    def _reap(self) -> None:
+        """Reaps the part the moment it exits and says so then, with its wall time and its CPU time: its own and its
+        descendants' that it waited for (builds, helm, the CLIs, vLLM's API servers; not what left it for init, such
+        as vLLM's workers, nor containers, which podman's conmon parents: `cpu_accounting` counts those). On 2 shared
+        cores the CPU time, not the wall time, says what a change saved. The only waiter on the process: nothing
+        else polls it, so no other wait can reap it first."""
         assert self.proc is not None and self.pump is not None
-        if self.proc.returncode is None:
-            _, status, usage = os.wait4(self.proc.pid, 0)
-            self.proc.returncode = os.waitstatus_to_exitcode(status)
-            self.cpu = (usage.ru_utime, usage.ru_stime)
-        rc = self.proc.returncode
+        _, status, usage = os.wait4(self.proc.pid, 0)
+        self.ended = time.monotonic()
+        self.cpu = (usage.ru_utime, usage.ru_stime)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
         self.pump.join()
-        line = f"[{self.name}] exit {rc} after {(time.monotonic() - self.started) / 60:.1f} min"
-        if self.cpu:  # unknown when poll() reaped it first
-            user, system = self.cpu
-            line += f"; CPU {user + system:.0f} s (user {user:.0f} s, system {system:.0f} s)"
-        print(line, flush=True)
-        return rc
+        user, system = self.cpu
+        print(
+            f"[{self.name}] exit {self.proc.returncode} after {(self.ended - self.started) / 60:.1f} min; "
+            f"CPU {user + system:.0f} s (user {user:.0f} s, system {system:.0f} s)",
+            flush=True,
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.reaper is not None and self.reaper.is_alive()
+
+    def wait(self) -> int:
+        """The exit code, once the part has ended and its exit line is out."""
+        assert self.proc is not None and self.reaper is not None
+        self.reaper.join()
+        assert self.proc.returncode is not None
+        return self.proc.returncode
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)  # reaped: no zombie left to look alive
+        if self.proc is None or self.reaper is None:
+            return
+        for sig, grace in ((signal.SIGINT, 120), (signal.SIGKILL, 30)):
+            if not self.reaper.is_alive():
+                return
+            with contextlib.suppress(ProcessLookupError):  # it exited between the look and the signal
+                os.killpg(self.proc.pid, sig)
+            self.reaper.join(grace)  # reaped: no zombie left to look alive
 
 
 def _build_holds_lock(build: Part) -> bool:
     """True once the Kubernetes build has taken its lock (or has already ended): from then on the cluster tests'
     wait for the lock is a wait for the build."""
     assert build.proc is not None
-    return build.proc.poll() is not None or kube_build.running(KUBE_LOCK)
+    return not build.running or kube_build.running(KUBE_LOCK)
 
 
 def basetemp(name: str) -> Path:

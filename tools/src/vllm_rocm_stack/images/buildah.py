@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +54,22 @@ class BuildFailed(BuildahError):
 
 def tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def write_config(path: Path, text: str) -> None:
+    """Write a config file that other processes may be reading right now (a test session's podman while another
+    session makes its own Podman): unchanged text is left alone, new text replaces the file in one rename, so a
+    reader sees the old file or the new one, never a truncated one."""
+    try:
+        if path.read_text() == text:
+            return
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 def _overlay_works(scratch: Path) -> bool:
@@ -112,7 +129,7 @@ class Buildah:
         for d in (self.root / "storage", self.root / "run", self.logs, self.tmp):
             d.mkdir(parents=True, exist_ok=True)
         self.registries = store / "registries.conf"
-        self.registries.write_text('unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n')
+        write_config(self.registries, 'unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n')
 
     def argv(self, *args: str) -> list[str]:
         return [

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..config import WORK
-from .buildah import Buildah, BuildahError, tail
+from .buildah import Buildah, BuildahError, tail, write_config
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +52,18 @@ class Podman:
             d.mkdir(parents=True, exist_ok=True)
         self.containers_conf = conf_dir / "containers.conf"
         self.storage_conf = conf_dir / "storage.conf"
-        self.containers_conf.write_text(
+        write_config(
+            self.containers_conf,
             "# Written by vllm_rocm_stack/images/podman.py; see its docstring.\n"
             "[containers]\ndefault_ulimits = []\n"
             f'[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runc"\nevents_logger = "file"\n'
             f'events_logfile_path = "{conf_dir / "events.log"}"\ntmp_dir = "{conf_dir / "libpod-tmp"}"\n'
-            f'[network]\nnetwork_backend = "netavark"\nnetwork_config_dir = "{conf_dir / "networks"}"\n'
+            f'[network]\nnetwork_backend = "netavark"\nnetwork_config_dir = "{conf_dir / "networks"}"\n',
         )
-        self.storage_conf.write_text(
+        write_config(
+            self.storage_conf,
             f'[storage]\ndriver = "{self.b.driver}"\ngraphroot = "{self.b.root / "storage"}"\n'
-            f'runroot = "{self.b.root / "run"}"\n'
+            f'runroot = "{self.b.root / "run"}"\n',
         )
 
     @property
