@@ -13,7 +13,7 @@ from vllm_rocm_stack import kube_build
 
 from tests.support import kube_node
 
-pytestmark = pytest.mark.system  # starts containerd
+pytestmark = [pytest.mark.system, pytest.mark.node]  # starts containerd
 
 
 def containerds(state: Path) -> list[int]:
