@@ -342,8 +342,26 @@ def test_inhibition_on_the_real_alertmanager(name: str, tmp_path: Path) -> None:
             ("VllmPodFlapping", "e:9400"): (held_e, "e:9400"),
             **{(n, "a:9400"): (SIDECAR_DOWN, "a:9400") for n in symptoms_a},
         }
+
+        # The receiver: one firing notification per alert that is not inhibited, to the receiver of its severity,
+        # with the labels and annotations Prometheus gave; none for an inhibited one.
+        def firing() -> dict[tuple[str, str], dict[str, Any]]:
+            out = {}
+            for payload in notifications(receiver.out_path):
+                for a in payload["alerts"]:
+                    if a["status"] == "firing":
+                        out[_key(a["labels"])] = {**a, "receiver": payload["receiver"]}
+            return out
+
         am.post_alerts(sources)
         _wait(lambda: len(am.alerts()) == len(sources), 60, "Alertmanager to take the inhibiting alerts")
+        # ...and notified, before any symptom arrives: the dispatcher has taken them and a group_wait has passed.
+        # Alertmanager's inhibitor takes each alert on a goroutine of its own; on a starved machine it was still
+        # behind when the symptoms' first notifications left (a fresh-clone run with a CPU hog, 2026-12-05).
+        source_keys = {_key(a["labels"]) for a in sources}
+        _wait(
+            lambda: source_keys <= set(firing()), 120, f"notifications for the inhibiting alerts {sorted(source_keys)}"
+        )
         am.post_alerts(sent[len(sources) :])
 
         def states() -> dict[tuple[str, str], dict[str, Any]]:
@@ -364,16 +382,6 @@ def test_inhibition_on_the_real_alertmanager(name: str, tmp_path: Path) -> None:
                 assert alert["status"]["inhibitedBy"] == [fingerprint[inhibited[key]]], (key, alert["status"])
             else:
                 assert alert["status"]["state"] == "active" and not alert["status"]["inhibitedBy"], (key, alert)
-
-        # The receiver: one firing notification per alert that is not inhibited, to the receiver of its severity,
-        # with the labels and annotations Prometheus gave; none for an inhibited one.
-        def firing() -> dict[tuple[str, str], dict[str, Any]]:
-            out = {}
-            for payload in notifications(receiver.out_path):
-                for a in payload["alerts"]:
-                    if a["status"] == "firing":
-                        out[_key(a["labels"])] = {**a, "receiver": payload["receiver"]}
-            return out
 
         expected = set(held) - set(inhibited)
         took = _wait(lambda: expected <= set(firing()), 120, f"notifications for {sorted(expected)}")
