@@ -4,12 +4,14 @@ then imports instead) with no containerd left running either way."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
-from vllm_rocm_stack import kube_build
 
 from tests.support import kube_node
 
@@ -34,17 +36,70 @@ def node_binaries() -> None:
     why = kube_node.refusal()
     if why:
         pytest.skip(f"this machine cannot run containerd: {why}")
-    kube_build.wait()  # pause.tar is the Kubernetes build's
-    lacking = [
-        p for p in (kube_node.CONTAINERD, kube_node.CTR, str(kube_node.IMAGES / "pause.tar")) if not Path(p).exists()
-    ]
+    lacking = [p for p in (kube_node.CONTAINERD, kube_node.CTR) if not Path(p).exists()]
     if lacking:
         pytest.fail(f"missing (run `make setup`): {lacking}")
 
 
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def tiny_oci_archive(path: Path, ref: str) -> Path:
+    """An OCI image archive of one small layer, named `ref`, laid out as `buildah push oci-archive:` writes the
+    Kubernetes build's pause.tar: so that these tests need neither that build nor the session's images."""
+    blobs: dict[str, bytes] = {}
+
+    def blob(data: bytes) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        blobs[f"blobs/sha256/{digest[7:]}"] = data
+        return {"digest": digest, "size": len(data)}
+
+    layer = blob(_tar({"hello.txt": b"a layer of the node pre-import test\n"}))
+    config = blob(
+        json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {"Entrypoint": ["/hello"]},
+                "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]},
+            }
+        ).encode()
+    )
+    manifest = blob(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", **layer}],
+            }
+        ).encode()
+    )
+    index = {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                **manifest,
+                "annotations": {"org.opencontainers.image.ref.name": ref},
+            }
+        ],
+    }
+    files = {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}', "index.json": json.dumps(index).encode(), **blobs}
+    path.write_bytes(_tar(files))
+    return path
+
+
 def test_imports_what_is_not_current_and_stops_its_containerd(tmp_path: Path, node_binaries: None) -> None:
-    root, ref = tmp_path / "store", kube_node.pause_image()
-    images = {ref: str(kube_node.IMAGES / "pause.tar")}
+    root, ref = tmp_path / "store", "localhost/vllm-rocm-test/tiny:1"
+    images = {ref: str(tiny_oci_archive(tmp_path / "tiny.tar", ref))}
     first = kube_node.Preimport(images, tmp_path / "one", root).start()
     said = first.wait()
     assert first.error == "" and f"import {ref}" in first.timings, said
