@@ -36,12 +36,12 @@ from . import kube_build
 from .config import REPO, WORK
 
 # The sessions: name, marker expression, whether it waits for the vLLM CPU setup. Several side by side, not one: on
-# 2 cores shared with another busy process, the kernel shares the CPU by session (autogroup scheduling; each part is
-# started in a session of its own), so the run gets more of the machine with more of its work runnable; and the unit
-# tier, which needs no setup, runs while the setup mostly downloads. The system tests marked `host` (the `make run`
-# stack: processes on this machine, no image, container or cluster) run with the integration tier. Those marked `node`
-# (the single-node cluster) have a session of their own: they need the images and the Kubernetes build, which are
-# ready about when the compose test starts, and ran ~10 min after everything else had ended in one system session.
+# 2 cores shared with another busy process, the kernel gives each runnable session (each is a process group of its
+# own) an equal share, so the run gets more of the machine with more of its work runnable at once; and the unit tier,
+# which needs no setup, runs while the setup mostly downloads. The system tests marked `host` (the `make run` stack:
+# processes on this machine, no image, container or cluster) run with the integration tier. Those marked `node` (the
+# single-node cluster) have a session of their own: they need the images and the Kubernetes build, which are ready
+# about when the compose test starts, and ran ~10 min after everything else had ended in one system session.
 SESSIONS = (
     ("unit", "unit", False),
     ("system", "system and not host and not node", True),
