@@ -62,16 +62,6 @@ def crds(control_plane: kube.ControlPlane) -> list[str]:
     return control_plane.install_crds(kube.crd_files())
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that starts the node carries the `node` marker: `make test` runs those in a session of their own
-    (vllm_rocm_stack.testrun.SESSIONS); unmarked, it would start a second node in the system session."""
-    unmarked = [
-        i.nodeid for i in items if "node_cluster" in getattr(i, "fixturenames", ()) and not i.get_closest_marker("node")
-    ]
-    if unmarked:
-        raise pytest.UsageError("these tests start the node but are not marked `node`: " + ", ".join(unmarked))
-
-
 @pytest.fixture(scope="session")
 @tiers.needs("system", "starts a single-node Kubernetes cluster")
 def node_cluster(built_images: dict, request: pytest.FixtureRequest) -> Iterator[kube_node.NodeCluster]:

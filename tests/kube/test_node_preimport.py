@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import kube_node
 
-pytestmark = [pytest.mark.system, pytest.mark.node]  # starts containerd
+pytestmark = pytest.mark.system  # starts containerd
 
 
 def containerds(state: Path) -> list[int]:

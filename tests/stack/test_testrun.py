@@ -282,15 +282,7 @@ def test_stop_ends_a_running_part_and_reaps_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "markers",
     # As `-m` sees them: one tier each (tests/support/tiers.py gives an unmarked test `unit`, and refuses two).
-    [
-        {"unit"},
-        {"integration"},
-        {"system"},
-        {"system", "host"},
-        {"integration", "host"},
-        {"unit", "host"},
-        {"system", "node"},
-    ],
+    [{"unit"}, {"integration"}, {"system"}, {"system", "host"}, {"integration", "host"}, {"unit", "host"}],
     ids=lambda m: "+".join(sorted(m)),
 )
 def test_the_sessions_split_every_test_once(markers: set[str]) -> None:
@@ -303,6 +295,4 @@ def test_the_sessions_split_every_test_once(markers: set[str]) -> None:
     name, _, after_setup = chosen[0]
     if markers == {"system", "host"}:
         assert name == "integration"
-    if markers == {"system", "node"}:
-        assert name == "node"
     assert after_setup == ("unit" not in markers)

@@ -2,12 +2,12 @@
 
 On a fresh machine the Kubernetes build (Go, CPU-bound, minutes) is the longest setup step, and only the cluster
 tests need it. So it starts first, in the background, and the unit tier (nothing to set up) beside it; the vLLM CPU
-venv and models (mostly downloads) are set up meanwhile; then three more pytest sessions start: the system tier
-(images, podman, compose, the control plane), the node tests (marker `node`: the single-node cluster, on the same
-images) and the integration tier (the vLLM CPU servers), with the system tests that run only processes on this
-machine (marker `host`). The cluster tests wait for the build if it still runs (tools/kube/build.sh holds a lock;
-tests/support/kube.py waits on it). Each process has its own log and its lines are prefixed ([setup-kube],
-[setup-vllm], [unit], [system], [node], [integration]) as they come, and says when it ends; each session's summary is
+venv and models (mostly downloads) are set up meanwhile; then two more pytest sessions start: the system tier
+(images, podman, compose, the clusters: mostly disk and container start-up) and the integration tier (the vLLM CPU
+servers), with the system tests that run only processes on this machine (marker `host`). The cluster tests come last
+in the system session (after the image and compose tests) and wait for the build if it still runs
+(tools/kube/build.sh holds a lock; tests/support/kube.py waits on it). Each process has its own log and its lines
+are prefixed ([setup-kube], [setup-vllm], [unit], [system], [integration]) as they come; each session's summary is
 printed again at the end. The run fails when any part fails (and when a session collects no tests). Ctrl-C or a
 failure stops all.
 
@@ -35,17 +35,15 @@ from pathlib import Path
 from . import kube_build
 from .config import REPO, WORK
 
-# The sessions: name, marker expression, whether it waits for the vLLM CPU setup. Several side by side, not one: on
-# 2 cores shared with another busy process, the kernel gives each runnable session (each is a process group of its
-# own) an equal share, so the run gets more of the machine with more of its work runnable at once; and the unit tier,
-# which needs no setup, runs while the setup mostly downloads. The system tests marked `host` (the `make run` stack:
-# processes on this machine, no image, container or cluster) run with the integration tier. Those marked `node` (the
-# single-node cluster) have a session of their own: they need the images and the Kubernetes build, which are ready
-# about when the compose test starts, and ran ~10 min after everything else had ended in one system session.
+# The sessions: name, marker expression, whether it waits for the vLLM CPU setup. Three side by side, not one: on 2
+# cores shared with another busy process, the kernel gives each runnable process an equal share, so the run gets
+# more of the machine with more of its work runnable at once; and the unit tier, which needs no setup, runs while the
+# setup mostly downloads. The system tests marked `host` (the `make run` stack: processes on this machine, no image,
+# container or cluster) run with the integration tier: the system session is the longest (its image builds and the
+# cluster), and whatever it does alone at the end runs on one core.
 SESSIONS = (
     ("unit", "unit", False),
-    ("system", "system and not host and not node", True),
-    ("node", "system and node", True),
+    ("system", "system and not host", True),
     ("integration", "integration or (system and host)", True),
 )
 KUBE_BUILD = kube_build.COMMAND
