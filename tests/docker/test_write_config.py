@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from vllm_rocm_stack.images.buildah import write_config
 
 _READER = """
@@ -59,3 +60,19 @@ def test_unchanged_text_leaves_the_file_alone(tmp_path: Path) -> None:
     after = conf.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert oct(after.st_mode & 0o777) == oct(0o644)
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tmp_path / "registries.conf"
+    write_config(conf, "old\n")
+
+    def refused(src: str, dst: Path) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr("vllm_rocm_stack.images.buildah.os.replace", refused)
+    with pytest.raises(OSError, match="no space"):
+        write_config(conf, "new\n")
+    assert conf.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["registries.conf"]

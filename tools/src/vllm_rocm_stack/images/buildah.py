@@ -66,10 +66,14 @@ def write_config(path: Path, text: str) -> None:
     except FileNotFoundError:
         pass
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a failed write leaves the old file and no stray temp file
+        raise
 
 
 def _overlay_works(scratch: Path) -> bool:
