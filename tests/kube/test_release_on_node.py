@@ -151,14 +151,24 @@ def service_ip(cluster: NodeCluster) -> str:
     return cluster.get("service", "-n", NS, FULLNAME)["spec"]["clusterIP"]
 
 
-def complete(cluster: NodeCluster, base: str, prompt: str) -> str:
+class CompletionFailed(AssertionError):
+    def __init__(self, base: str, code: int, took: float, stderr: str) -> None:
+        self.code, self.took = code, took
+        super().__init__(f"completion at {base} failed (curl exit {code}) after {took:.1f} s: {stderr.strip()}")
+
+
+def complete(cluster: NodeCluster, base: str, prompt: str, max_time: float = 120) -> str:
+    """One greedy completion. A connection that is not accepted within 10 s fails (curl 28) without waiting for
+    `max_time`, the bound on the answer."""
     body = json.dumps({"model": SERVED, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
+    began = time.monotonic()
     r = cluster.run(
-        "curl", "-sf", "--max-time", "120", "-H", "Content-Type: application/json", "-d", body,
-        f"{base}/v1/completions", check=False, timeout=150,
+        "curl", "-sSf", "--connect-timeout", "10", "--max-time", f"{max_time:.0f}",
+        "-H", "Content-Type: application/json", "-d", body, f"{base}/v1/completions",
+        check=False, timeout=max_time + 30,
     )  # fmt: skip
     if r.returncode != 0:
-        raise AssertionError(f"completion at {base} failed ({r.returncode}): {r.stderr}")
+        raise CompletionFailed(base, r.returncode, time.monotonic() - began, r.stderr)
     return json.loads(r.stdout)["choices"][0]["text"]
 
 
@@ -360,21 +370,41 @@ def serving(cluster: NodeCluster, release: dict[str, Any]) -> Serving:
             return name if Pods.ready(pod) and in_service(states(events)[-1], name) else None
 
         name = slices.wait(one_serving, START_TIMEOUT, "one server pod, Ready and in the Service", poll=1.0)
-    return Serving(name, through_service(cluster))
+    return Serving(name, through_service(cluster, name))
 
 
-def through_service(cluster: NodeCluster) -> str:
-    """The Service's address, once a completion through it is answered: kube-proxy programs the Service after the
-    EndpointSlice changes, so the first tries after a rollout may be refused."""
+def through_service(cluster: NodeCluster, pod: str) -> str:
+    """The Service's address, once a completion through it is answered.
+
+    `pod` (Ready, in the EndpointSlices) is asked directly first: how long it takes to answer bounds each try through
+    the Service, and a pod that does not answer is named as such, not as a Service fault. kube-proxy programs its rules
+    after the EndpointSlice changes, so the first tries may be refused, or routed to a pod that is going away and
+    never answer: each try is bounded and the next one starts, until the deadline."""
+    ip = cluster.get("pod", "-n", NS, pod)["status"]["podIP"]
+    began = time.monotonic()
+    try:
+        complete(cluster, f"http://{ip}:8000", "2+2=")
+    except CompletionFailed as e:
+        why = why_out(cluster, pod)
+        raise AssertionError(f"{pod}, Ready and in the Service, did not answer directly: {e}\n{why}") from e
+    direct = time.monotonic() - began
+    per_try = max(30.0, 10 * direct)
     base = f"http://{service_ip(cluster)}:8000"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + max(180.0, 3 * per_try)
+    tries: list[str] = []
     while True:
         try:
-            assert complete(cluster, base, "2+2=")
+            assert complete(cluster, base, "2+2=", max_time=per_try)
             return base
-        except AssertionError:
+        except CompletionFailed as e:
+            tries.append(f"curl {e.code} after {e.took:.1f} s")
             if time.monotonic() > deadline:
-                raise
+                slices = cluster.get("endpointslices", "-n", NS, "-l", SLICES)["items"]
+                raise AssertionError(
+                    f"no completion through the Service {base} in {len(tries)} tries ({', '.join(tries)}); "
+                    f"{pod} answered directly in {direct:.1f} s; its EndpointSlices: "
+                    f"{[s.get('endpoints') for s in slices]}"
+                ) from e
             time.sleep(1)
 
 
@@ -766,7 +796,7 @@ def test_qualification_job_deploys_its_mode_and_a_failed_one_changes_nothing(
     readyz = json.loads(Pods(cluster).readyz(pod))
     assert readyz.get("ready") is True, readyz
     assert canary_passes(Pods(cluster).metrics(pod)) >= 1
-    base = through_service(cluster)
+    base = through_service(cluster, pod["metadata"]["name"])
     print(f"\nqualification Job + rollout onto its report: {took:.0f} s")
 
     # A qualification that fails (its server may not take a second to start) fails the upgrade; the running pod,
@@ -789,4 +819,4 @@ def test_qualification_job_deploys_its_mode_and_a_failed_one_changes_nothing(
     [pod] = Pods(cluster).list()
     assert pod["metadata"]["name"] == serving_pod and Pods.ready(pod)
     assert cluster.get("configmap", "-n", NS, name)["data"]["mode"] == "NONE"
-    assert complete(cluster, base, "2+2=")
+    assert through_service(cluster, serving_pod) == base

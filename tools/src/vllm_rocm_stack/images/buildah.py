@@ -105,7 +105,10 @@ def choose_driver(store: Path = STORE) -> str:
         if forced not in ("overlay", "vfs"):
             raise BuildahError(f"{DRIVER_ENV}={forced!r}: must be overlay or vfs")
         return forced
-    return "overlay" if _overlay_works(store / ".overlay-probe") else "vfs"
+    # A probe directory of its own: two processes probing at once must not remove each other's (a failed probe means
+    # vfs, ~5x the disk).
+    store.mkdir(parents=True, exist_ok=True)
+    return "overlay" if _overlay_works(Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=store))) else "vfs"
 
 
 @dataclass(frozen=True)
