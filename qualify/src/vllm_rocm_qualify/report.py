@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from vllm_rocm_core.files import write_atomic
 from vllm_rocm_core.qualification import FORMAT, KIND, validate
 
 from . import ranking
@@ -81,10 +81,7 @@ def new(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def save(report: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
 
 
 def _finite(x: Any) -> Any:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from vllm_rocm_core.files import write_atomic
 
 from . import fingerprint, problems
 
@@ -38,10 +39,7 @@ class Baseline:
     format: int = FORMAT
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(asdict(self), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> Baseline:

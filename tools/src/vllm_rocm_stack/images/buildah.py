@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_rocm_core.files import write_atomic
+
 from ..config import WORK
 
 log = logging.getLogger(__name__)
@@ -54,26 +56,6 @@ class BuildFailed(BuildahError):
 
 def tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def write_config(path: Path, text: str) -> None:
-    """Write a config file that other processes may be reading right now (a test session's podman while another
-    session makes its own Podman): unchanged text is left alone, new text replaces the file in one rename, so a
-    reader sees the old file or the new one, never a truncated one."""
-    try:
-        if path.read_text() == text:
-            return
-    except FileNotFoundError:
-        pass
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # a failed write leaves the old file and no stray temp file
-        raise
 
 
 def _overlay_works(scratch: Path) -> bool:
@@ -136,7 +118,12 @@ class Buildah:
         for d in (self.root / "storage", self.root / "run", self.logs, self.tmp):
             d.mkdir(parents=True, exist_ok=True)
         self.registries = store / "registries.conf"
-        write_config(self.registries, 'unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n')
+        # Rewritten by every Buildah while other sessions' builds read it: whole, and untouched when unchanged.
+        write_atomic(
+            self.registries,
+            'unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n',
+            unchanged_stays=True,
+        )
 
     def argv(self, *args: str) -> list[str]:
         return [
@@ -180,7 +167,15 @@ class Buildah:
 
     # --- images ---------------------------------------------------------------------------------------------
     def exists(self, ref: str) -> bool:
-        return self("inspect", "--type", "image", ref, check=False).returncode == 0
+        """Whether the store has the image. Only buildah's "image not known" means no: any other failure (a store
+        another process holds in a bad state, a bad reference) raises, rather than being taken for a missing image
+        and rebuilt, which gives a cached stand-in a new digest and every image built on it a new key."""
+        proc = self("inspect", "--type", "image", ref, check=False)
+        if proc.returncode == 0:
+            return True
+        if "image not known" in proc.stderr:
+            return False
+        raise BuildahError(f"buildah inspect {ref} failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}")
 
     def inspect(self, ref: str) -> dict:
         return json.loads(self("inspect", "--type", "image", ref).stdout)
@@ -204,6 +199,11 @@ class Buildah:
     def remove_images(self, refs: Sequence[str]) -> None:
         if refs:
             self("rmi", "--force", *refs, check=False)
+
+    def remove_unused_images(self, refs: Sequence[str]) -> list[str]:
+        """Remove each image no container uses (`rmi` without --force, which would remove the containers too: another
+        session's running test, a compose stack); the ones kept, in use."""
+        return [ref for ref in refs if self("rmi", ref, check=False).returncode != 0]
 
     def disk_bytes(self) -> int:
         total = 0

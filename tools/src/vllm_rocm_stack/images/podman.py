@@ -23,8 +23,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from vllm_rocm_core.files import write_atomic
+
 from ..config import WORK
-from .buildah import Buildah, BuildahError, tail, write_config
+from .buildah import Buildah, BuildahError, tail
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +54,22 @@ class Podman:
             d.mkdir(parents=True, exist_ok=True)
         self.containers_conf = conf_dir / "containers.conf"
         self.storage_conf = conf_dir / "storage.conf"
-        write_config(
+        # Every Podman writes them while another session's podman may be reading them (CI of 16fbd84: a truncated
+        # storage.conf): whole, and untouched when unchanged.
+        write_atomic(
             self.containers_conf,
             "# Written by vllm_rocm_stack/images/podman.py; see its docstring.\n"
             "[containers]\ndefault_ulimits = []\n"
             f'[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runc"\nevents_logger = "file"\n'
             f'events_logfile_path = "{conf_dir / "events.log"}"\ntmp_dir = "{conf_dir / "libpod-tmp"}"\n'
             f'[network]\nnetwork_backend = "netavark"\nnetwork_config_dir = "{conf_dir / "networks"}"\n',
+            unchanged_stays=True,
         )
-        write_config(
+        write_atomic(
             self.storage_conf,
             f'[storage]\ndriver = "{self.b.driver}"\ngraphroot = "{self.b.root / "storage"}"\n'
             f'runroot = "{self.b.root / "run"}"\n',
+            unchanged_stays=True,
         )
 
     @property

@@ -174,7 +174,8 @@ class StandIns:
         return self.b.ref(name) if self.b.exists(name) else None
 
     def _prune_kind(self, kind: str, keep: str) -> None:
-        """Stand-ins of the same kind with another key are stale: remove them (disk stays bounded)."""
+        """Stand-ins of the same kind with another key are stale: remove them (disk stays bounded), except one that a
+        container still uses (another checkout's test or stack running on it): the next build removes it."""
         stale = [
             n
             for img in self.b.images()
@@ -183,7 +184,9 @@ class StandIns:
         ]
         if stale:
             log.info("removing stale stand-ins: %s", ", ".join(stale))
-            self.b.remove_images(stale)
+            kept = self.b.remove_unused_images(stale)
+            if kept:
+                log.info("kept stale stand-ins that containers still use: %s", ", ".join(kept))
 
     def debian(self) -> ImageRef:
         mirror = apt_mirror()
