@@ -54,8 +54,10 @@ def append(path: Path, text: str) -> None:
 
 def test_follows_log_and_gates_readiness(sidecar, fake_vllm) -> None:
     sc, log = sidecar
-    code, body = sc.ready()
-    assert code == 503 and "waiting for vLLM's engine config line" in body["reason"]
+    # Not ready from the start; first "not connected yet", then, once it follows the (empty) log, waiting for the line.
+    assert sc.ready()[0] == 503
+    assert sc.wait_for(lambda: "waiting for vLLM's engine config line" in sc.ready()[1]["reason"]), sc.ready()
+    assert sc.ready()[0] == 503
     lines = (FIXTURES / "v0.11.0-downgrade-full.log").read_text().splitlines(keepends=True)
     append(log, "".join(lines[:-1]))
     assert sc.wait_for(lambda: sc.value("vllm_cudagraph_mode_downgraded") == 1)

@@ -83,7 +83,9 @@ class SidecarProcess:
         code, body = get(self.url + "/readyz")
         return code, json.loads(body)
 
-    def wait_for(self, pred: Callable[[], object], timeout: float = 10.0, poll: float = 0.2) -> bool:
+    def wait_for(self, pred: Callable[[], object], timeout: float = 60.0, poll: float = 0.2) -> bool:
+        # The bound only ends a wait that will not succeed: a state the sidecar reaches in well under a second idle
+        # took several seconds beside a CI run on the 2 shared cores.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if pred():
