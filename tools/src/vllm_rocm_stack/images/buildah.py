@@ -26,6 +26,7 @@ from pathlib import Path
 from vllm_rocm_core.files import write_atomic
 
 from ..config import WORK
+from ..disk import tree_bytes
 
 log = logging.getLogger(__name__)
 
@@ -206,14 +207,7 @@ class Buildah:
         return [ref for ref in refs if self("rmi", ref, check=False).returncode != 0]
 
     def disk_bytes(self) -> int:
-        total = 0
-        for dirpath, _dirs, files in os.walk(self.root / "storage"):
-            for f in files:
-                try:
-                    total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
-                except OSError:
-                    pass
-        return total
+        return tree_bytes(self.root / "storage")
 
     def wipe(self) -> None:
         """Every container and image of this storage root (the layer cache starts cold)."""
