@@ -6,21 +6,17 @@ keeps an image a container uses. Real buildah on an empty store of the test's ow
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 from vllm_rocm_stack.images.buildah import Buildah, BuildahError
 
+from tests.support.buildah_store import empty_store
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Buildah:
-    if shutil.which("buildah") is None:
-        pytest.fail("buildah is missing: run `make setup-base` (tools/bootstrap.sh installs it)")
-    try:
-        return Buildah(tmp_path / "store", driver="vfs")
-    except BuildahError as e:
-        pytest.skip(f"buildah cannot run here: {e}")
+    return empty_store(tmp_path / "store")
 
 
 def test_an_image_the_store_has_exists_and_one_it_lacks_does_not(store: Buildah) -> None:
