@@ -5,8 +5,13 @@ within 0.4 GB of a fixed 6 GB allowance and waited 14 min for a build whose cach
 from __future__ import annotations
 
 import fcntl
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 from vllm_rocm_stack import kube_build
 from vllm_rocm_stack.disk import tree_bytes
 
@@ -41,3 +46,43 @@ def test_the_cache_is_where_build_sh_keeps_it(monkeypatch, tmp_path: Path) -> No
     assert kube_build.go_cache() == tmp_path / "vllm-rocm" / "go"
     monkeypatch.setenv("VLLM_ROCM_GO_CACHE", str(tmp_path / "elsewhere"))
     assert kube_build.go_cache() == tmp_path / "elsewhere"
+
+
+def _trim_script(tmp_path: Path, cache: Path) -> str:
+    """build.sh's own trim_go_caches, run alone (its `say` stubbed), the way the build runs it: with the build's lock
+    on fd 9."""
+    text = (kube_build.REPO / "tools" / "kube" / "build.sh").read_text()
+    m = re.search(r"^trim_go_caches\(\) \{\n.*?^\}\n", text, re.S | re.M)
+    assert m, "build.sh has no trim_go_caches"
+    return (
+        f'say() {{ echo "$*"; }}\nGO_CACHE={cache}\nVLLM_ROCM_TRIM_CACHES=1\nexec 9>>{tmp_path / "build.lock"}\n'
+        f"{m.group(0)}trim_go_caches\n"
+    )
+
+
+def test_the_caches_removal_holds_the_trim_lock_until_it_is_done(tmp_path: Path) -> None:
+    """What the node's deferred pre-import waits for: build.sh takes the lock before it forks the removal (no one can
+    find it free before the removal began) and the removal lets go of it only when the caches are gone."""
+    cache = tmp_path / "go"
+    (cache / "build" / "ab").mkdir(parents=True)
+    (cache / "build" / "ab" / "x-d").write_bytes(b"\0" * 100_000)
+    gate = tmp_path / "gate"
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    real_nice = shutil.which("nice")
+    (shims / "nice").write_text(f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexec {real_nice} "$@"\n')
+    (shims / "nice").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
+    # The script returns once it has forked the removal, which waits at the gate.
+    subprocess.run(["bash", "-c", _trim_script(tmp_path, cache)], env=env, check=True, timeout=60)
+    trash = list(tmp_path.glob("go.trash-*"))
+    assert len(trash) == 1 and cache.is_dir() and not any(cache.iterdir())
+    with pytest.raises(TimeoutError, match="still runs"):
+        kube_build.wait_for_trims(cache, timeout=0.5)
+    gate.touch()
+    kube_build.wait_for_trims(cache, timeout=120)
+    assert not trash[0].exists()
+
+
+def test_no_trim_ever_run_is_no_wait(tmp_path: Path) -> None:
+    kube_build.wait_for_trims(tmp_path / "go", timeout=0)

@@ -44,3 +44,22 @@ def test_a_failed_size_probe_leaves_the_import_to_the_node(
     assert images.start_node_preimport(req, BUILT) is None
     assert req.config.stash.get(images.PREIMPORT, None) is None
     assert "the node imports them at its start" in capsys.readouterr().out
+
+
+def test_a_deferred_import_without_room_starts_no_containerd(tmp_path: Any) -> None:
+    """A pre-import deferred until the Kubernetes build frees its Go caches, when there is still no room then: nothing
+    is imported, no containerd runs, and it says so; the node's start imports."""
+    pre = images.kube_node.Preimport(
+        {"localhost/x:1": "podman:localhost/x:1"}, tmp_path / "state", root=tmp_path / "store", room=lambda: "no room"
+    ).start()
+    said = pre.wait()
+    assert said == "not pre-imported (no room): the node imports them at its start"
+    assert pre._containerd is None and not (tmp_path / "store").exists()
+
+
+def test_room_after_the_build_says_how_short_the_disk_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setattr(images.kube_build, "go_cache", lambda: tmp_path / "go")  # no build, no removal running
+    monkeypatch.setattr(images, "WORK", tmp_path)
+    assert images.room_after_the_build(0) == ""
+    why = images.room_after_the_build(10**18)
+    assert "GB free after the Kubernetes build, the import wants 1000000000.0 GB" in why

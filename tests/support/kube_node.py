@@ -806,10 +806,19 @@ class Preimport:
     that are mostly CPU. The node's start waits for it (one containerd at a time owns the store) and then imports
     only what is not current: a failed or skipped pre-import leaves its work to the node's start, nothing else."""
 
-    def __init__(self, images: Mapping[str, str], state: Path, root: Path = CONTAINERD_ROOT) -> None:
-        self.images, self.state, self.root = dict(images), state, root
+    def __init__(
+        self,
+        images: Mapping[str, str],
+        state: Path,
+        root: Path = CONTAINERD_ROOT,
+        room: Callable[[], str] | None = None,
+    ) -> None:
+        """`room`, run first on the import's thread: waits until the disk has room for the import and returns "", or
+        returns why it will not have it (then nothing is imported: the node's start does it)."""
+        self.images, self.state, self.root, self.room = dict(images), state, root, room
         self.timings: dict[str, float] = {}
         self.error = ""
+        self.skipped = ""
         self.seconds = 0.0
         self._containerd: Process | None = None
         self._thread = threading.Thread(target=self._run, name="node image pre-import", daemon=True)
@@ -827,6 +836,10 @@ class Preimport:
     def _run(self) -> None:
         t0 = time.monotonic()
         try:
+            if self.room is not None:
+                self.skipped = self.room()
+                if self.skipped:
+                    return
             self.root.mkdir(parents=True, exist_ok=True)
             (self.state / "run").mkdir(parents=True, exist_ok=True)
             socket = self.state / "run" / "containerd.sock"
@@ -861,6 +874,8 @@ class Preimport:
         atexit.unregister(self.kill)
         if self.error:
             return f"the pre-import failed after {self.seconds:.0f} s, the node imports instead: {self.error}"
+        if self.skipped:
+            return f"not pre-imported ({self.skipped}): the node imports them at its start"
         return f"pre-imported in {self.seconds:.0f} s in the background: {self.timings or 'all current'}"
 
 

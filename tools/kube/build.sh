@@ -67,18 +67,24 @@ die() { printf 'kube build: error: %s\n' "$*" >&2; exit 1; }
 # them: once after the Kubernetes binaries (CoreDNS shares none of their module versions), once at the end.
 # The caches are renamed aside at once and removed in the background, at the lowest priority, without the build's
 # lock: the walk of ~3.5 GB of small files took 105 s of the build's critical path on a loaded machine.
+# The removal holds a shared lock on $GO_CACHE.trim.lock, taken before it is forked (so no one can see the build
+# ended and the lock free before the removal began): whoever needs the space waits for an exclusive lock
+# (kube_build.wait_for_trims). A removal that dies releases it.
 trim_go_caches() {
   [ "${VLLM_ROCM_TRIM_CACHES:-0}" = 1 ] && [ -d "$GO_CACHE" ] || return 0
   local trash
   trash=$GO_CACHE.trash-$$-$SECONDS
   mv "$GO_CACHE" "$trash"
   mkdir -p "$GO_CACHE"
+  exec 8>>"$GO_CACHE.trim.lock"
+  flock -s 8
   (
     exec 9>&-
     freed=$(du -sh "$trash" | cut -f1)
     nice -n 19 ionice -c 3 rm -rf "$trash"
     say "VLLM_ROCM_TRIM_CACHES=1: removed the Go caches ($freed, $GO_CACHE)"
   ) &
+  exec 8>&-
 }
 
 command -v go >/dev/null || die "go is not on PATH: the cluster tests build Kubernetes $KUBE_BUILD_VERSION from source and need Go >= 1.26 (https://go.dev/dl/)"

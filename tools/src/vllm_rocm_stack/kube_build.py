@@ -63,3 +63,24 @@ def go_cache_growth_left(cache: Path | None = None, lock: Path = LOCK) -> int:
     """What a running build's Go caches may still take of the disk: their measured peak less what they hold now (the
     caches it renamed aside to remove are not counted: they only shrink)."""
     return max(0, GO_CACHE_PEAK - tree_bytes(cache or go_cache())) if running(lock) else 0
+
+
+def wait_for_trims(cache: Path | None = None, timeout: float = WAIT) -> None:
+    """Return once no removal of the Go caches that a build renamed aside still runs (VLLM_ROCM_TRIM_CACHES=1: they go
+    in the background, holding a shared lock on `<cache>.trim.lock`, which a removal that dies releases)."""
+    cache = cache or go_cache()
+    lock = cache.with_name(cache.name + ".trim.lock")
+    if not lock.exists():
+        return
+    deadline = time.monotonic() + timeout
+    with lock.open("a") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the Go caches' removal still runs after {timeout:.0f} s ({lock})") from None
+                time.sleep(1.0)  # a lock held only while the removal runs: once free, it stays free
+                continue
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return
