@@ -1,6 +1,6 @@
-"""What the image builds and the node's image import count on the Kubernetes build still taking of the disk: while it
-runs, its Go caches' measured peak less what they hold now; once it is done, nothing. CI's machine (~34 GB free) came
-within 0.4 GB of a fixed 6 GB allowance and waited 14 min for a build whose caches never pass 3.3 GB."""
+"""What the node's background image import counts on the Kubernetes build still taking of the disk: while it runs,
+its Go caches' measured peak less what they hold now; once it is done, nothing. And the build's removal of its Go
+caches (VLLM_ROCM_TRIM_CACHES=1) holds a lock that a deferred import waits for."""
 
 from __future__ import annotations
 

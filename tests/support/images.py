@@ -47,15 +47,23 @@ PATCHED_TARGET = _patched_target()
 _REASONS = (re.compile(r"[Nn]o space left"), re.compile(r"(^Error: |\berror: )"), re.compile(r"\bfailed \(\d+\)"))
 
 
+# What the images leave room for, beyond the serving stand-in's build, while the Kubernetes build runs: its Go caches
+# (up to kube_build.GO_CACHE_PEAK) and, after the images, the node's import, which needs the image twice (blobs and
+# snapshots) and comes while the compose test runs. Measured with CI's ~33.5 GB free: waiting for the build whenever
+# less than 6 GB is left besides (run 26) imported during the compose test with 0.9 GB to spare; building at once
+# with room for the Go caches alone (run 27) left the import 1 GB short, and the node's start failed for want of
+# space.
+IMAGES_SPARE_BYTES = 6_000_000_000
+
+
 def _make_room_for_the_serving_stand_in(config: pytest.Config | None) -> None:
     """A run that trims its caches (CI: VLLM_ROCM_TRIM_CACHES=1) removes the Kubernetes build's Go caches when the
     build ends. The serving stand-in's build needs room at once (standin.cpu_build_needs); when the disk has less
-    than that plus what the Go caches may still take, wait for the build to end rather than fail for want of space
-    (it happened: CI's machine had ~35 GB free)."""
+    than that plus IMAGES_SPARE_BYTES, wait for the build to end rather than fail for want of space (it happened:
+    CI's machine had ~35 GB free)."""
     if os.environ.get(cpu_wheelhouse.TRIM_ENV) != "1" or not kube_build.running():
         return
-    growth = kube_build.go_cache_growth_left()
-    free, need = shutil.disk_usage(WORK).free, cpu_build_needs() + growth
+    free, need = shutil.disk_usage(WORK).free, cpu_build_needs() + IMAGES_SPARE_BYTES
     if free < need:
         say(
             config,
