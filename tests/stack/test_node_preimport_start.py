@@ -58,8 +58,9 @@ def test_a_deferred_import_without_room_starts_no_containerd(tmp_path: Any) -> N
 
 
 def test_room_after_the_build_says_how_short_the_disk_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    monkeypatch.setattr(images.kube_build, "go_cache", lambda: tmp_path / "go")  # no build, no removal running
+    # A build and a removal of their own, neither running (never the checkout's: `make test` builds beside this).
+    lock, cache = tmp_path / ".build.lock", tmp_path / "go"
     monkeypatch.setattr(images, "WORK", tmp_path)
-    assert images.room_after_the_build(0) == ""
-    why = images.room_after_the_build(10**18)
+    assert images.room_after_the_build(0, lock, cache) == ""
+    why = images.room_after_the_build(10**18, lock, cache)
     assert "GB free after the Kubernetes build, the import wants 1000000000.0 GB" in why

@@ -168,11 +168,11 @@ def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_no
     return pre
 
 
-def room_after_the_build(need: int) -> str:
+def room_after_the_build(need: int, lock: Path = kube_build.LOCK, cache: Path | None = None) -> str:
     """Wait for the Kubernetes build to end and for the removal of the Go caches it renamed aside (build.sh removes
     them in the background), then say whether `need` bytes are free: "" if they are, else why not."""
-    kube_build.wait()
-    kube_build.wait_for_trims()
+    kube_build.wait(lock)
+    kube_build.wait_for_trims(cache)
     free = shutil.disk_usage(WORK).free
     if free < need:
         return f"{free / 1e9:.1f} GB free after the Kubernetes build, the import wants {need / 1e9:.1f} GB"
