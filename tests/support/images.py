@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from vllm_rocm_stack import cpu_wheelhouse, kube_build
@@ -48,12 +49,12 @@ _REASONS = (re.compile(r"[Nn]o space left"), re.compile(r"(^Error: |\berror: )")
 
 
 # What the images leave room for, beyond the serving stand-in's build, while the Kubernetes build runs: its Go caches
-# (up to kube_build.GO_CACHE_PEAK) and, after the images, the node's import, which needs the image twice (blobs and
-# snapshots) and comes while the compose test runs. Measured with CI's ~33.5 GB free: waiting for the build whenever
-# less than 6 GB is left besides (run 26) imported during the compose test with 0.9 GB to spare; building at once
-# with room for the Go caches alone (run 27) left the import 1 GB short, and the node's start failed for want of
-# space.
-IMAGES_SPARE_BYTES = 6_000_000_000
+# (up to kube_build.GO_CACHE_PEAK) and, after the images, the node's import (the image's snapshots and its largest
+# layer's blob: `import_needs`), which comes while the compose test runs. Measured with CI's ~33.5 GB free, when the
+# import still held every layer blob at once (the image twice): waiting for the build whenever less than 6 GB was left
+# besides (run 26) imported with 0.9 GB to spare, after the images had waited 14 min; building at once (run 27) left
+# the import 1 GB short. Layer by layer the import needs 4.5 GB less (7.85 + 3.3 GB, not 2 x 7.85).
+IMAGES_SPARE_BYTES = 2_000_000_000
 
 
 def _make_room_for_the_serving_stand_in(config: pytest.Config | None) -> None:
@@ -125,6 +126,17 @@ def node_images(built: dict) -> dict[str, str]:
     return {ref: "podman:" + ref for ref in refs}
 
 
+def import_needs(podman: Any, refs: list[str]) -> int:
+    """The disk the node's import of `refs` takes (tests/support/layered_import.py): each image's unpacked layers,
+    and one layer blob at a time beside them, the largest."""
+    total, largest = 0, 0
+    for ref in refs:
+        total += int(podman("image", "inspect", "--format", "{{.Size}}", ref).stdout)
+        history = json.loads(podman("history", "--format", "json", ref).stdout)
+        largest = max([largest, *(int(entry.get("size") or 0) for entry in history)])
+    return total + largest
+
+
 def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_node.Preimport | None:
     """Start importing the node's images into its kept containerd store in the background (kube_node.Preimport),
     when this session will start the node and the disk has room for the import beside what the Kubernetes build's Go
@@ -139,12 +151,11 @@ def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_no
 
     images = node_images(built)
     try:
-        sizes = [int(Podman()("image", "inspect", "--format", "{{.Size}}", ref).stdout) for ref in images]
+        image_need = import_needs(Podman(), list(images))
     except Exception as e:  # only a head start is lost: the node imports at its start, and fails there if it must
         say(config, f"node images: their sizes are unknown ({e}): the node imports them at its start")
         return None
-    # Blobs and snapshots at once (the blobs are dropped once unpacked), plus what the Go caches may still grow by.
-    need = 2 * sum(sizes) + kube_build.go_cache_growth_left()
+    need = image_need + kube_build.go_cache_growth_left()
     free = shutil.disk_usage(WORK).free
     room = None
     if free < need:
@@ -158,7 +169,7 @@ def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_no
             f"node images: {free / 1e9:.1f} GB free, the import wants {need / 1e9:.1f} GB while the Kubernetes "
             "build runs: importing in the background once it has ended and removed its Go caches",
         )
-        room = functools.partial(room_after_the_build, 2 * sum(sizes))
+        room = functools.partial(room_after_the_build, image_need)
     (WORK / "tmp").mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="preimport-", dir=WORK / "tmp"))
     if room is None:

@@ -35,6 +35,7 @@ import yaml
 from vllm_rocm_stack import kube_build
 from vllm_rocm_stack.config import pinned_versions
 
+from tests.support import layered_import
 from tests.support.kube import ETCD, KUBE, KUBE_BIN, KUBECTL, Process
 
 log = logging.getLogger(__name__)
@@ -799,12 +800,40 @@ class ImageStore:
         return timings
 
 
+def store_containerd(state: Path, root: Path = CONTAINERD_ROOT) -> tuple[Process, ImageStore]:
+    """A containerd of its own on the store `root` (no CRI plugin, no network namespace), its socket and log under
+    `state`, once it answers. The caller stops the process (also when this raises, it is stopped here)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (state / "run").mkdir(parents=True, exist_ok=True)
+    socket = state / "run" / "containerd.sock"
+    config = state / "containerd.toml"
+    config.write_text(
+        f'version = 2\nroot = "{root}"\nstate = "{state / "run"}"\n'
+        f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{socket}"\n'
+        f'[ttrpc]\n  address = "{socket}.ttrpc"\n'
+    )
+    containerd = Process("containerd", [CONTAINERD, "--config", str(config)], state / "containerd.log")
+    store = ImageStore(socket, root)
+    deadline = time.monotonic() + START_TIMEOUT
+    try:
+        while store.ctr("version", check=False).returncode != 0:
+            containerd.check_running()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"containerd did not answer in {START_TIMEOUT:.0f} s:\n{containerd.tail()}")
+            time.sleep(0.25)
+    except BaseException:
+        containerd.stop(grace=5)
+        raise
+    return containerd, store
+
+
 class Preimport:
     """The node's images imported into the kept store in the background, by a containerd of its own (no CRI plugin,
     no network namespace), while the session's other tests run. Importing the serving stand-in (7.3 GB, written
-    twice: blobs, then snapshots) is mostly disk: 216 s of the node's start on the busy 2-core machine, beside tests
-    that are mostly CPU. The node's start waits for it (one containerd at a time owns the store) and then imports
-    only what is not current: a failed or skipped pre-import leaves its work to the node's start, nothing else."""
+    twice: each layer's blob, then its snapshot) is mostly disk: 216 s of the node's start on the busy 2-core
+    machine, beside tests that are mostly CPU. The node's start waits for it (one containerd at a time owns the
+    store) and then imports only what is not current: a failed or skipped pre-import leaves its work to the node's
+    start, nothing else."""
 
     def __init__(
         self,
@@ -840,25 +869,7 @@ class Preimport:
                 self.skipped = self.room()
                 if self.skipped:
                     return
-            self.root.mkdir(parents=True, exist_ok=True)
-            (self.state / "run").mkdir(parents=True, exist_ok=True)
-            socket = self.state / "run" / "containerd.sock"
-            config = self.state / "containerd.toml"
-            config.write_text(
-                f'version = 2\nroot = "{self.root}"\nstate = "{self.state / "run"}"\n'
-                f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "{socket}"\n'
-                f'[ttrpc]\n  address = "{socket}.ttrpc"\n'
-            )
-            self._containerd = containerd = Process(
-                "containerd", [CONTAINERD, "--config", str(config)], self.state / "containerd.log"
-            )
-            store = ImageStore(socket, self.root)
-            deadline = time.monotonic() + START_TIMEOUT
-            while store.ctr("version", check=False).returncode != 0:
-                containerd.check_running()
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"containerd did not answer in {START_TIMEOUT:.0f} s:\n{containerd.tail()}")
-                time.sleep(0.25)
+            self._containerd, store = store_containerd(self.state, self.root)
             self.timings = store.import_images(self.images)
         except Exception as e:  # the node's start imports what this did not
             self.error = f"{type(e).__name__}: {e}"
@@ -897,54 +908,29 @@ def _source_stamp(source: str) -> str:
 
 
 def _import(store: ImageStore, ref: str, source: str) -> None:
-    """`ctr images import` of an OCI archive, or of `podman save`'s stream, named `ref` in containerd's k8s.io
-    namespace (the kubelet's); then the layer blobs are dropped, the unpacked snapshots kept. The stream is a
-    docker-archive: its layers go uncompressed and straight from the storage into the stream. An oci-archive is
-    assembled whole in podman's temp directory first (measured: 691 MB of temp for a 408 MB image), and gzipped by
-    default: 116 s of podman's CPU and containerd's gunzip for the serving stand-in's 7.3 GB, a stream that never
-    leaves the machine (process accounting, 2026-12-05)."""
-    importer = [CTR, "-a", str(store.socket), "-n", "k8s.io", "images", "import", "--digests", "--all-platforms"]
+    """An image named `ref` in containerd's k8s.io namespace (the kubelet's), its layers unpacked into snapshots and
+    its layer blobs gone. `podman:<ref>`: from the image builds' storage, one layer at a time (tests/support/
+    layered_import.py: the disk holds one layer blob at a time, not the serving stand-in's 7.3 GB). Otherwise an OCI
+    archive (the Kubernetes build's pause and CoreDNS images, a few MB), imported whole, then its blobs dropped."""
     if source.startswith("podman:"):
         from vllm_rocm_stack.images.podman import Podman
 
-        podman = Podman()
-        src = source.removeprefix("podman:")
-        save = subprocess.Popen(
-            ["podman", "save", "--format", "docker-archive", src],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=podman.env,
-        )
-        assert save.stdout is not None
+        try:
+            layered_import.import_from_podman(store, CTR, ref, source.removeprefix("podman:"), Podman())
+        except Exception as e:
+            raise RuntimeError(f"importing {source} into containerd failed: {e}{_disk_note(store.root)}") from e
+        return
+    importer = [CTR, "-a", str(store.socket), "-n", "k8s.io", "images", "import", "--digests", "--all-platforms"]
+    with open(source, "rb") as f:
         imp = subprocess.run(
             [*importer, "--base-name", ref.rsplit(":", 1)[0], "-"],
-            stdin=save.stdout,
+            stdin=f,
             capture_output=True,
             text=True,
             timeout=3600,
         )
-        save.stdout.close()
-        save_err = save.stderr.read().decode(errors="replace") if save.stderr else ""
-        if save.wait(60) != 0 or imp.returncode != 0:
-            raise RuntimeError(
-                f"importing {src} into containerd failed: podman save: {save_err.strip()}; ctr: {imp.stderr.strip()}"
-                + _disk_note(store.root)
-            )
-        if ref != src:
-            store.ctr("images", "tag", "--force", src, ref)
-    else:
-        with open(source, "rb") as f:
-            imp = subprocess.run(
-                [*importer, "--base-name", ref.rsplit(":", 1)[0], "-"],
-                stdin=f,
-                capture_output=True,
-                text=True,
-                timeout=3600,
-            )
-        if imp.returncode != 0:
-            raise RuntimeError(
-                f"importing {source} into containerd failed: {imp.stderr.strip()}{_disk_note(store.root)}"
-            )
+    if imp.returncode != 0:
+        raise RuntimeError(f"importing {source} into containerd failed: {imp.stderr.strip()}{_disk_note(store.root)}")
     _drop_layer_blobs(store, ref)
 
 
@@ -962,10 +948,10 @@ def _layer_digests(store: ImageStore, digest: str) -> list[str]:
 
 
 def _drop_layer_blobs(store: ImageStore, ref: str) -> None:
-    """Delete an imported image's layer blobs from containerd's content store once they are unpacked: what the CRI's
-    own `discard_unpacked_layers` does for pulled images. Containers run from the unpacked snapshots; the blobs
-    are read only to push or re-unpack, neither of which happens here, and they are the serving stand-in's 7.3 GB
-    a second time (a fresh CI run is short of disk). A later import of a changed image writes them again."""
+    """Delete an imported archive's layer blobs from containerd's content store once they are unpacked: what the CRI's
+    own `discard_unpacked_layers` does for pulled images. Containers run from the unpacked snapshots; the blobs are
+    read only to push or re-unpack, neither of which happens here. A later import of a changed image writes them
+    again. (The images from podman's storage keep no blob at all: layered_import.)"""
     digests = sorted(set(_layer_digests(store, store.image_digest(ref))))
     if digests:
         store.ctr("content", "rm", *digests)
