@@ -9,7 +9,6 @@ import hashlib
 import io
 import json
 import os
-import stat
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 from vllm_rocm_stack.images.podman import Podman
 
-from tests.support import kube_node, layered_import
+from tests.support import image_store, kube_node, layered_import
 from tests.support.buildah_store import empty_store
 
 pytestmark = pytest.mark.system  # starts containerd
@@ -25,63 +24,14 @@ pytestmark = pytest.mark.system  # starts containerd
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[kube_node.ImageStore]:
-    why = kube_node.refusal()
-    if why:
-        pytest.skip(f"this machine cannot run containerd: {why}")
-    containerd, store = kube_node.store_containerd(tmp_path / "state", tmp_path / "store")
-    try:
+    with image_store.started(tmp_path) as store:
         yield store
-    finally:
-        containerd.stop(grace=5)
-
-
-def blobs_dir(store: kube_node.ImageStore) -> Path:
-    return store.root / "io.containerd.content.v1.content" / "blobs" / "sha256"
-
-
-def measuring_ctr(tmp_path: Path, store: kube_node.ImageStore) -> tuple[str, Path]:
-    """ctr, and after each `images import` the bytes of the content store's blobs then (before the importer removes
-    the step's layer blob): one line per step in the returned file."""
-    record, shim = tmp_path / "blob-bytes", tmp_path / "ctr"
-    shim.write_text(
-        "#!/bin/sh\n"
-        f'"{kube_node.CTR}" "$@"; rc=$?\n'
-        f'case " $* " in *" images import "*) du -sb "{blobs_dir(store)}" | cut -f1 >> "{record}";; esac\n'
-        'exit "$rc"\n'
-    )
-    shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
-    return str(shim), record
 
 
 def layer_files(store: kube_node.ImageStore, diff_ids: list[str], tmp_path: Path) -> dict[str, bytes]:
-    """The files of the image's unpacked top snapshot (the chain of `diff_ids`), read from a view's lower dirs."""
-    chain = diff_ids[0]
-    for d in diff_ids[1:]:
-        chain = "sha256:" + hashlib.sha256(f"{chain} {d}".encode()).hexdigest()
-    key = f"view-{tmp_path.name}"
-    mounts = json.loads(store.ctr("snapshots", "view", "--mounts", key, chain).stdout)
-    try:
-        (mount,) = mounts
-        if mount["Type"] == "bind":
-            dirs = [mount["Source"]]
-        else:
-            dirs = next(o for o in mount["Options"] if o.startswith("lowerdir=")).removeprefix("lowerdir=").split(":")
-        files: dict[str, bytes] = {}
-        for d in reversed(dirs):  # the lowest first: an upper layer's file replaces it
-            for p in Path(d).rglob("*"):
-                if p.is_file():
-                    files[str(p.relative_to(d))] = p.read_bytes()
-        return files
-    finally:
-        store.ctr("snapshots", "rm", key)
-
-
-def content(store: kube_node.ImageStore) -> set[str]:
-    return set(store.ctr("content", "ls", "-q").stdout.split())
-
-
-def images(store: kube_node.ImageStore) -> set[str]:
-    return set(store.ctr("images", "ls", "-q").stdout.split())
+    """The regular files a container would see on the image's snapshots."""
+    with image_store.mounted_view(store, diff_ids, tmp_path) as root:
+        return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def test_a_podman_image_arrives_whole_holding_one_layer_blob_at_a_time(
@@ -98,7 +48,9 @@ def test_a_podman_image_arrives_whole_holding_one_layer_blob_at_a_time(
         src = tmp_path / f"layer{i}"
         src.mkdir()
         expected[name] = os.urandom(size)
-        expected["which"] = f"layer {i}\n".encode()
+        # Of another size in each layer: buildah's vfs diffs a layer by size and mtime, and `buildah copy` keeps
+        # the source's mtime, which two quick writes can share (the kernel's clock is coarse).
+        expected["which"] = f"layer {i}\n".encode() * (i + 1)
         (src / name).write_bytes(expected[name])
         (src / "which").write_bytes(expected["which"])
         container = buildah("from", image).stdout.strip()
@@ -112,7 +64,7 @@ def test_a_podman_image_arrives_whole_holding_one_layer_blob_at_a_time(
     diff_ids = info["RootFS"]["Layers"]
     assert len(diff_ids) == 3
 
-    ctr, record = measuring_ctr(tmp_path, store)
+    ctr, record = image_store.measuring_ctr(tmp_path, store)
     layered_import.import_from_podman(store, ctr, ref, ref, podman)
 
     # One step per layer and the image's own; the store never held more than the largest layer (plus a few small
@@ -125,9 +77,9 @@ def test_a_podman_image_arrives_whole_holding_one_layer_blob_at_a_time(
     manifest = json.loads(store.ctr("content", "get", manifest_digest).stdout)
     assert manifest["config"]["digest"] == "sha256:" + info["Id"]
     assert [layer["digest"] for layer in manifest["layers"]] == diff_ids
-    assert f"localhost/vllm-rocm-test/layered@{manifest_digest}" in images(store)
-    assert not any(n.startswith(layered_import.STEP_REPO) for n in images(store))
-    assert not content(store) & set(diff_ids)
+    assert f"localhost/vllm-rocm-test/layered@{manifest_digest}" in image_store.images(store)
+    assert not any(n.startswith(layered_import.STEP_REPO) for n in image_store.images(store))
+    assert not image_store.content(store) & set(diff_ids)
     files = layer_files(store, diff_ids, tmp_path)
     assert files == expected
 
@@ -179,8 +131,8 @@ def test_a_layer_repeated_in_the_image_is_streamed_once_and_unpacked_twice(
     ref = "localhost/vllm-rocm-test/repeated:1"
     layered_import.import_stream(store, kube_node.CTR, ref, io.BytesIO(stream), image, "the test's archive", ok)
     assert layer_files(store, list(image.diff_ids), tmp_path) == {"x": b"first\n"}
-    assert not content(store) & set(image.diff_ids)
-    assert not any(n.startswith(layered_import.STEP_REPO) for n in images(store))
+    assert not image_store.content(store) & set(image.diff_ids)
+    assert not any(n.startswith(layered_import.STEP_REPO) for n in image_store.images(store))
 
 
 def failed(what: str) -> None:
@@ -206,6 +158,6 @@ def test_a_stream_it_cannot_trust_is_refused_and_leaves_nothing(
     ref = "localhost/vllm-rocm-test/refused:1"
     with pytest.raises(layered_import.ImportFailed, match=match):
         layered_import.import_stream(store, kube_node.CTR, ref, io.BytesIO(stream), image, "the archive", saved)  # type: ignore[arg-type]
-    assert ref not in images(store)
-    assert not any(n.startswith(layered_import.STEP_REPO) for n in images(store))
-    assert not content(store) & set(image.diff_ids)
+    assert ref not in image_store.images(store)
+    assert not any(n.startswith(layered_import.STEP_REPO) for n in image_store.images(store))
+    assert not image_store.content(store) & set(image.diff_ids)

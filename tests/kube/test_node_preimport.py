@@ -102,7 +102,7 @@ def test_imports_what_is_not_current_and_stops_its_containerd(tmp_path: Path, no
     images = {ref: str(tiny_oci_archive(tmp_path / "tiny.tar", ref))}
     first = kube_node.Preimport(images, tmp_path / "one", root).start()
     said = first.wait()
-    assert first.error == "" and f"import {ref}" in first.timings, said
+    assert first.error == "" and f"import {ref} (imported)" in first.timings, said
     assert "pre-imported in" in said and containerds(tmp_path / "one") == []
     assert ref in json.loads((root / "imports.json").read_text())
     # The same source again: current, nothing imported.

@@ -66,8 +66,9 @@ def test_room_after_the_build_says_how_short_the_disk_is(monkeypatch: pytest.Mon
     assert "GB free after the Kubernetes build, the import wants 1000000000.0 GB" in why
 
 
-def test_the_import_needs_every_image_and_one_layer_blob_the_largest() -> None:
-    """Layer by layer (tests/support/layered_import.py): the unpacked images, and beside them one blob at a time."""
+def test_a_streamed_import_needs_every_image_and_one_layer_blob_the_largest(tmp_path: Any) -> None:
+    """An image that cannot be linked (here: buildah on vfs) is streamed layer by layer (tests/support/
+    layered_import.py): the unpacked images, and beside them one blob at a time."""
     answers = {
         ("image", "a"): "100",
         ("history", "a"): '[{"size": 60}, {"size": 0}, {"size": 40}]',
@@ -75,7 +76,10 @@ def test_the_import_needs_every_image_and_one_layer_blob_the_largest() -> None:
         ("history", "b"): '[{"size": 50}, {"CreatedBy": "an empty layer, no size"}]',
     }
 
-    def podman(*args: str) -> Any:
-        return SimpleNamespace(stdout=answers[(args[0], args[-1])])
+    class Podman:
+        b = SimpleNamespace(driver="vfs")
 
-    assert images.import_needs(podman, ["a", "b"]) == 150 + 60
+        def __call__(self, *args: str) -> Any:
+            return SimpleNamespace(stdout=answers[(args[0], args[-1])])
+
+    assert images.import_needs(Podman(), ["a", "b"], tmp_path / "containerd") == 150 + 60

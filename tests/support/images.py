@@ -23,7 +23,7 @@ from vllm_rocm_stack.generate import gen_bake
 from vllm_rocm_stack.images.build import default_targets
 from vllm_rocm_stack.images.standin import cpu_build_needs, cpu_release
 
-from tests.support import kube_node
+from tests.support import kube_node, linked_import
 from tests.support.terminal import say
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,11 +49,12 @@ _REASONS = (re.compile(r"[Nn]o space left"), re.compile(r"(^Error: |\berror: )")
 
 
 # What the images leave room for, beyond the serving stand-in's build, while the Kubernetes build runs: its Go caches
-# (up to kube_build.GO_CACHE_PEAK) and, after the images, the node's import (the image's snapshots and its largest
-# layer's blob: `import_needs`), which comes while the compose test runs. Measured with CI's ~33.5 GB free, when the
-# import still held every layer blob at once (the image twice): waiting for the build whenever less than 6 GB was left
-# besides (run 26) imported with 0.9 GB to spare, after the images had waited 14 min; building at once (run 27) left
-# the import 1 GB short. Layer by layer the import needs 4.5 GB less (7.85 + 3.3 GB, not 2 x 7.85).
+# (up to kube_build.GO_CACHE_PEAK) and, after the images, the node's import (`import_needs`: nothing when its
+# snapshots are linked to buildah's layer files, else the image's snapshots and its largest layer's blob), which comes
+# while the compose test runs. Measured with CI's ~33.5 GB free, when the import still held every layer blob at once
+# (the image twice): waiting for the build whenever less than 6 GB was left besides (run 26) imported with 0.9 GB to
+# spare, after the images had waited 14 min; building at once (run 27) left the import 1 GB short. Streamed layer by
+# layer (run 30, 2 GB spare: built at once) the lowest was 3.0 GB free.
 IMAGES_SPARE_BYTES = 2_000_000_000
 
 
@@ -126,11 +127,14 @@ def node_images(built: dict) -> dict[str, str]:
     return {ref: "podman:" + ref for ref in refs}
 
 
-def import_needs(podman: Any, refs: list[str]) -> int:
-    """The disk the node's import of `refs` takes (tests/support/layered_import.py): each image's unpacked layers,
-    and one layer blob at a time beside them, the largest."""
+def import_needs(podman: Any, refs: list[str], root: Path) -> int:
+    """The disk the node's import of `refs` into the containerd store at `root` takes: nothing for an image whose
+    snapshots are linked to buildah's layer files (tests/support/linked_import.py); for one that is streamed
+    (layered_import.py), its unpacked layers, and one layer blob at a time beside them, the largest."""
     total, largest = 0, 0
     for ref in refs:
+        if not linked_import.why_not(root, linked_import.buildah_layers(podman, ref)):
+            continue
         total += int(podman("image", "inspect", "--format", "{{.Size}}", ref).stdout)
         history = json.loads(podman("history", "--format", "json", ref).stdout)
         largest = max([largest, *(int(entry.get("size") or 0) for entry in history)])
@@ -151,7 +155,7 @@ def start_node_preimport(request: pytest.FixtureRequest, built: dict) -> kube_no
 
     images = node_images(built)
     try:
-        image_need = import_needs(Podman(), list(images))
+        image_need = import_needs(Podman(), list(images), kube_node.CONTAINERD_ROOT)
     except Exception as e:  # only a head start is lost: the node imports at its start, and fails there if it must
         say(config, f"node images: their sizes are unknown ({e}): the node imports them at its start")
         return None

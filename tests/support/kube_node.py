@@ -35,7 +35,7 @@ import yaml
 from vllm_rocm_stack import kube_build
 from vllm_rocm_stack.config import pinned_versions
 
-from tests.support import layered_import
+from tests.support import layered_import, linked_import
 from tests.support.kube import ETCD, KUBE, KUBE_BIN, KUBECTL, Process
 
 log = logging.getLogger(__name__)
@@ -793,10 +793,10 @@ class ImageStore:
             if ref in present and stamps.get(ref) == stamp:
                 continue
             t = time.monotonic()
-            _import(self, ref, source)
+            how = _import(self, ref, source)
             stamps[ref] = stamp
             stamps_file.write_text(json.dumps(stamps, indent=1))
-            timings[f"import {ref}"] = round(time.monotonic() - t, 1)
+            timings[f"import {ref} ({how})"] = round(time.monotonic() - t, 1)
         return timings
 
 
@@ -907,19 +907,27 @@ def _source_stamp(source: str) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def _import(store: ImageStore, ref: str, source: str) -> None:
+def _import(store: ImageStore, ref: str, source: str) -> str:
     """An image named `ref` in containerd's k8s.io namespace (the kubelet's), its layers unpacked into snapshots and
-    its layer blobs gone. `podman:<ref>`: from the image builds' storage, one layer at a time (tests/support/
-    layered_import.py: the disk holds one layer blob at a time, not the serving stand-in's 7.3 GB). Otherwise an OCI
-    archive (the Kubernetes build's pause and CoreDNS images, a few MB), imported whole, then its blobs dropped."""
+    no layer blob kept; how, in words. `podman:<ref>`: from the image builds' storage, its snapshots linked to
+    buildah's layer files (tests/support/linked_import.py: no copy), or where that cannot be, streamed one layer at a
+    time (tests/support/layered_import.py: the disk holds one layer blob at a time, not the serving stand-in's
+    7.3 GB). Otherwise an OCI archive (the Kubernetes build's pause and CoreDNS images, a few MB), imported whole,
+    then its blobs dropped."""
     if source.startswith("podman:"):
         from vllm_rocm_stack.images.podman import Podman
 
+        podman, src = Podman(), source.removeprefix("podman:")
         try:
-            layered_import.import_from_podman(store, CTR, ref, source.removeprefix("podman:"), Podman())
+            layers = linked_import.buildah_layers(podman, src)
+            why = linked_import.why_not(store.root, layers)
+            if not why and isinstance(layers, linked_import.Layers):
+                made = linked_import.link(store, CTR, ref, layers, source)
+                return f"linked ({len(made)} of {len(layers.dirs)} layers new)"
+            layered_import.import_from_podman(store, CTR, ref, src, podman)
+            return f"streamed: {why}"
         except Exception as e:
             raise RuntimeError(f"importing {source} into containerd failed: {e}{_disk_note(store.root)}") from e
-        return
     importer = [CTR, "-a", str(store.socket), "-n", "k8s.io", "images", "import", "--digests", "--all-platforms"]
     with open(source, "rb") as f:
         imp = subprocess.run(
@@ -932,6 +940,7 @@ def _import(store: ImageStore, ref: str, source: str) -> None:
     if imp.returncode != 0:
         raise RuntimeError(f"importing {source} into containerd failed: {imp.stderr.strip()}{_disk_note(store.root)}")
     _drop_layer_blobs(store, ref)
+    return "imported"
 
 
 def _disk_note(root: Path) -> str:

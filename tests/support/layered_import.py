@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 class Store(Protocol):
     socket: Path
+    root: Path
 
     def ctr(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]: ...
 
@@ -71,7 +72,7 @@ def _write(out: IO[bytes], name: str, size: int, src: IO[bytes]) -> None:
     out.write(b"\0" * (-size % tarfile.BLOCKSIZE))
 
 
-class _Step:
+class Step:
     """One `ctr images import` of an OCI layout written into its stdin as a tar stream."""
 
     def __init__(self, store: Store, ctr: str, args: Sequence[str]) -> None:
@@ -119,7 +120,7 @@ class _Step:
         self.log.close()
 
 
-def _manifest(config: bytes, diff_ids: Sequence[str], sizes: Mapping[str, int]) -> bytes:
+def manifest_json(config: bytes, diff_ids: Sequence[str], sizes: Mapping[str, int]) -> bytes:
     layers = [{"mediaType": LAYER, "digest": d, "size": sizes[d]} for d in diff_ids]
     return json.dumps(
         {
@@ -131,11 +132,40 @@ def _manifest(config: bytes, diff_ids: Sequence[str], sizes: Mapping[str, int]) 
     ).encode()
 
 
+def name_image(
+    store: Store, ctr: str, ref: str, config: bytes, diff_ids: Sequence[str], sizes: Mapping[str, int], what: str
+) -> None:
+    """The image itself, once every layer is unpacked: its own config and a manifest of all its layers, no layer
+    blob. Named `ref` and `<repo>@<manifest digest>` (`--digests`: what a pod spec's `repo@sha256:...` resolves);
+    the unpack finds every snapshot and labels the config with the top one, which holds the chain against the
+    garbage collector."""
+    repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+    step = Step(store, ctr, ["--base-name", repo, "--digests"])
+    try:
+        step.blob(config)
+        step.finish(manifest_json(config, diff_ids, sizes), ref, what)
+    except BaseException:
+        step.kill()
+        raise
+
+
+def collect_garbage(store: Store, image: str) -> None:
+    """Run containerd's garbage collection now and wait for it. `ctr content rm` only unlists a blob: its file goes
+    at the next collection, which containerd 1.6 starts after 100 changes, not after a deletion (so blobs piled up
+    between collections: measured in tests/kube/test_layered_import.py). A removal with `--sync` is the one way ctr
+    has to ask for one: of a second name given to `image` for the purpose."""
+    name = f"{STEP_REPO}:collect"
+    store.ctr("images", "tag", "--force", image, name)
+    store.ctr("images", "rm", "--sync", name)
+
+
 def remove_step_images(store: Store) -> None:
-    """The step images an import left (a killed one's included): their snapshots are then the final image's only."""
+    """The step images an import left (a killed one's included): their snapshots are then the final image's only.
+    Synchronously: the garbage collection they start is over when this returns, so that it cannot remove a snapshot
+    that a later step found and skipped before that step's image holds it."""
     names = [n for n in store.ctr("images", "ls", "-q").stdout.split() if n.startswith(STEP_REPO + ":")]
     if names:
-        store.ctr("images", "rm", *names)
+        store.ctr("images", "rm", "--sync", *names)
 
 
 @dataclass(frozen=True)
@@ -212,7 +242,7 @@ class _Run:
         self.dropped: set[str] = set()
         self.done = 0  # the layers whose snapshot exists
         self.config: bytes | None = None
-        self.step: _Step | None = None
+        self.step: Step | None = None
 
     def layers(self, stream: IO[bytes]) -> None:
         ids = self.image.diff_ids
@@ -261,12 +291,12 @@ class _Run:
                 "rootfs": {"type": "layers", "diff_ids": part},
             }
         ).encode()
-        self.step = _Step(self.store, self.ctr, [])
+        self.step = Step(self.store, self.ctr, [])
         if data is not None:
             self.step.layer(part[-1], size, data)
         self.step.blob(config)
         self.step.finish(
-            _manifest(config, part, self.sizes),
+            manifest_json(config, part, self.sizes),
             f"{STEP_REPO}:{k}",
             f"{self.what}, layer {k + 1} of {len(self.image.diff_ids)}",
         )
@@ -278,15 +308,11 @@ class _Run:
         if spent:
             self.store.ctr("content", "rm", *spent)
             self.dropped.update(spent)
+            collect_garbage(self.store, f"{STEP_REPO}:{self.done - 1}")
 
     def commit(self, ref: str) -> None:
-        """The image itself: its own config and all its layers, every one unpacked already (no layer blob)."""
         assert self.config is not None
-        repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
-        self.step = _Step(self.store, self.ctr, ["--base-name", repo, "--digests"])
-        self.step.blob(self.config)
-        self.step.finish(_manifest(self.config, self.image.diff_ids, self.sizes), ref, self.what)
-        self.step = None
+        name_image(self.store, self.ctr, ref, self.config, self.image.diff_ids, self.sizes, self.what)
 
     def abort(self) -> None:
         if self.step is not None:
