@@ -47,8 +47,9 @@ SERVICE_CIDR = "10.96.0.0/16"
 DNS_IP = "10.96.0.10"
 API_PORT = 6443
 IMAGES = KUBE / "images"  # pause.tar, coredns.tar: tools/kube/images.sh
-# containerd's content store and snapshots outlive a session: importing the 7.5 GB vLLM CPU image is the slowest
-# step of a cold start (measured in docs/kube-node.md); a warm start imports only what changed.
+# containerd's content store and snapshots outlive a session: a warm start imports only what changed (a cold import
+# of the 7.5 GB vLLM CPU image was the slowest step of a cold start before its snapshots were linked to buildah's
+# layer files: docs/kube-node.md).
 CONTAINERD_ROOT = KUBE / "containerd"
 CNI_BIN = Path("/usr/lib/cni")
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
@@ -922,8 +923,11 @@ def _import(store: ImageStore, ref: str, source: str) -> str:
             layers = linked_import.buildah_layers(podman, src)
             why = linked_import.why_not(store.root, layers)
             if not why and isinstance(layers, linked_import.Layers):
-                made = linked_import.link(store, CTR, ref, layers, source)
-                return f"linked ({len(made)} of {len(layers.dirs)} layers new)"
+                try:
+                    made = linked_import.link(store, CTR, ref, layers, source)
+                    return f"linked ({len(made)} of {len(layers.dirs)} layers new)"
+                except linked_import.CannotLink as e:
+                    why = str(e)
             layered_import.import_from_podman(store, CTR, ref, src, podman)
             return f"streamed: {why}"
         except Exception as e:

@@ -102,6 +102,43 @@ def _upper(mounts: list[dict[str, Any]]) -> Path:
     return Path(next(o for o in mount["Options"] if o.startswith("upperdir=")).removeprefix("upperdir="))
 
 
+class CannotLink(ImportFailed):
+    """The files cannot be linked (another mount between them): the node streams the image instead."""
+
+
+def self_binds(*paths: Path, mountinfo: str | None = None) -> list[str]:
+    """The mount points above `paths` that are bind mounts of their own directory (mountinfo's root field is the
+    mount point), deepest first. c/storage's overlay driver makes its home such a mount (private, while a container
+    runs) and the kubelet its root directory: the files under one are the same as under its parent mount, but a hard
+    link may not cross from one mount to another (EXDEV)."""
+    text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
+    out = set()
+    for line in text.splitlines():
+        fields = line.split(" ")
+        root, point = fields[3].replace("\\040", " "), fields[4].replace("\\040", " ")
+        if point == "/" or root != point:
+            continue
+        if any(p == Path(point) or Path(point) in p.parents for p in paths):
+            out.add(point)
+    return sorted(out, key=lambda m: -m.count("/"))
+
+
+def _link_tree(diff: Path, upper: Path) -> None:
+    """`cp -a --link` of the layer directory into the snapshot's; where a self-bind mount lies between them, in a
+    mount namespace of its own with those mounts lazily unmounted (nothing outside it changes)."""
+    binds = self_binds(diff, upper)
+    cp = ["cp", "-a", "--link", "--", f"{diff}/.", f"{upper}/"]
+    if binds:
+        script = 'for m in "$@"; do [ "$m" = -- ] && break; umount -l "$m" || exit 1; shift; done; shift; exec "$@"'
+        cp = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *binds, "--", *cp]
+    done = subprocess.run(cp, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        said = done.stderr.strip()[-2000:]
+        if "Invalid cross-device link" in said:
+            raise CannotLink(f"{diff} and {upper} are on different mounts: {said.splitlines()[-1]}")
+        raise ImportFailed(f"linking {diff} into {upper} failed: {said}")
+
+
 def link(store: Store, ctr: str, ref: str, layers: Layers, what: str) -> list[str]:
     """Make the missing snapshots of `layers` from links, then name the image `ref`; the chain IDs it committed."""
     committed: list[str] = []
@@ -115,14 +152,7 @@ def link(store: Store, ctr: str, ref: str, layers: Layers, what: str) -> list[st
                 prepare = ["snapshots", "prepare", "--mounts", key, *([parent] if parent else [])]
                 upper = _upper(json.loads(store.ctr(*prepare).stdout))
                 try:
-                    cp = subprocess.run(
-                        ["cp", "-a", "--link", "--", f"{diff}/.", f"{upper}/"],
-                        capture_output=True,
-                        text=True,
-                        timeout=600,
-                    )
-                    if cp.returncode != 0:
-                        raise ImportFailed(f"linking {diff} into {upper} failed: {cp.stderr.strip()[-2000:]}")
+                    _link_tree(diff, upper)
                     store.ctr("snapshots", "commit", chain, key)
                 except BaseException:
                     store.ctr("snapshots", "rm", key, check=False)
