@@ -83,3 +83,11 @@ def test_a_streamed_import_needs_every_image_and_one_layer_blob_the_largest(tmp_
             return SimpleNamespace(stdout=answers[(args[0], args[-1])])
 
     assert images.import_needs(Podman(), ["a", "b"], tmp_path / "containerd") == 150 + 60
+
+
+def test_a_socket_path_too_long_for_unix_is_refused_before_containerd_starts(tmp_path: Any) -> None:
+    """containerd exits at once on a socket path over 107 bytes, with the reason deep in its log (CI's run 31)."""
+    state = tmp_path / ("s" * 120)
+    with pytest.raises(RuntimeError, match=r"over the 107 a unix socket's path may have"):
+        images.kube_node.store_containerd(state, tmp_path / "store")
+    assert not state.exists() and not (tmp_path / "store").exists()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,14 +23,20 @@ from tests.support.linked_import import chain_ids
 
 @contextmanager
 def started(tmp_path: Path) -> Iterator[kube_node.ImageStore]:
+    """containerd on the store `tmp_path/store`; its state (sockets) in a short directory of its own: pytest's
+    tmp_path can pass the 107 bytes a socket path may have (CI's run 31: containerd exited at its start)."""
     why = kube_node.refusal()
     if why:
         pytest.skip(f"this machine cannot run containerd: {why}")
-    containerd, store = kube_node.store_containerd(tmp_path / "state", tmp_path / "store")
+    state = Path(tempfile.mkdtemp(prefix="ctrd-"))
     try:
-        yield store
+        containerd, store = kube_node.store_containerd(state, tmp_path / "store")
+        try:
+            yield store
+        finally:
+            containerd.stop(grace=5)
     finally:
-        containerd.stop(grace=5)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def blobs_dir(store: kube_node.ImageStore) -> Path:

@@ -58,6 +58,7 @@ CTR = shutil.which("ctr") or "/usr/bin/ctr"
 # Measured on the 2-core build machine: the whole cluster up in 13-26 s cold (without the image imports); these only
 # stop a start that will not come.
 START_TIMEOUT = 180.0
+SOCKET_PATH_MAX = 107  # sockaddr_un.sun_path less its terminating NUL
 
 
 def missing() -> list[str]:
@@ -804,9 +805,15 @@ class ImageStore:
 def store_containerd(state: Path, root: Path = CONTAINERD_ROOT) -> tuple[Process, ImageStore]:
     """A containerd of its own on the store `root` (no CRI plugin, no network namespace), its socket and log under
     `state`, once it answers. The caller stops the process (also when this raises, it is stopped here)."""
+    socket = state / "run" / "containerd.sock"
+    longest = f"{socket}.ttrpc"
+    if len(longest.encode()) > SOCKET_PATH_MAX:
+        raise RuntimeError(
+            f"containerd's socket {longest} is {len(longest.encode())} bytes long, over the {SOCKET_PATH_MAX} a unix "
+            "socket's path may have (containerd would exit at once): give it a shorter state directory"
+        )
     root.mkdir(parents=True, exist_ok=True)
     (state / "run").mkdir(parents=True, exist_ok=True)
-    socket = state / "run" / "containerd.sock"
     config = state / "containerd.toml"
     config.write_text(
         f'version = 2\nroot = "{root}"\nstate = "{state / "run"}"\n'
