@@ -83,8 +83,9 @@ def test_a_real_run_counts_its_childs_cpu(tmp_path: Path, capsys: pytest.Capture
         pytest.skip(f"this session runs under process accounting ({os.environ[acct.ENV]}): one file at a time")
     if os.geteuid() != 0:
         pytest.skip("process accounting needs root")
-    # The kernel suspends accounting while the file's filesystem has under 2% free, until it has 4% (kernel/acct.c):
-    # a fresh CI run fills the disk (run 31 recorded nothing here), so the file goes to memory (tmpfs) when there is.
+    # The kernel records nothing while the file's filesystem has under 4% free when accounting starts (and pauses it
+    # below 2%: kernel/acct.c; dmesg says "Process accounting resumed" when it starts recording). A fresh CI run fills
+    # the disk: run 31 recorded nothing here with ~10 GB free of 252 GB. So the file goes to memory (tmpfs) if it can.
     shm = Path("/dev/shm")
     where = Path(tempfile.mkdtemp(dir=shm)) if shm.is_dir() and os.access(shm, os.W_OK) else tmp_path
     out = where / "acct.bin"
