@@ -1,8 +1,9 @@
 """An image from podman's storage into containerd one layer at a time, so that the disk holds at most one layer blob
-beside the unpacked snapshots. `ctr images import` of the whole image writes every layer blob before it unpacks
-any, and the blobs are dropped only afterwards: the serving stand-in's 7.3 GB of uncompressed layers twice at once,
-the peak of a fresh CI run's disk (0.8 GB to spare on CI's disk, run 29). Layer by layer, the transient is the
-largest layer (3.3 GB).
+beside the unpacked snapshots: the node's import where its snapshots cannot be linked to buildah's layer files
+(linked_import.py: buildah on vfs, another filesystem or mount). `ctr images import` of the whole image writes every
+layer blob before it unpacks any, and the blobs are dropped only afterwards: the serving stand-in's 7.3 GB of
+uncompressed layers twice at once, which was the peak of a fresh CI run's disk (0.8 GB to spare on CI's disk, run
+29). Layer by layer, the transient is the largest layer (3.3 GB).
 
 How (containerd 1.6: `rootfs.ApplyLayerWithOpts` skips a layer whose snapshot, by chain ID, exists, without reading
 its blob): `podman save --format docker-archive` streams the layers uncompressed, in order. Layer k goes to
@@ -151,9 +152,9 @@ def name_image(
 
 def collect_garbage(store: Store, image: str) -> None:
     """Run containerd's garbage collection now and wait for it. `ctr content rm` only unlists a blob: its file goes
-    at the next collection, which containerd 1.6 starts after 100 changes, not after a deletion (so blobs piled up
-    between collections: measured in tests/kube/test_layered_import.py). A removal with `--sync` is the one way ctr
-    has to ask for one: of a second name given to `image` for the purpose."""
+    at the next collection, which containerd 1.6 starts after 100 changes, not after a deletion (one run in four of
+    tests/kube/test_layered_import.py saw two layer blobs at once without this). A removal with `--sync` is the one
+    way ctr has to ask for one: of a second name given to `image` for the purpose."""
     name = f"{STEP_REPO}:collect"
     store.ctr("images", "tag", "--force", image, name)
     store.ctr("images", "rm", "--sync", name)
@@ -179,17 +180,22 @@ class Image:
     os: str = "linux"
 
 
-def import_from_podman(store: Store, ctr: str, ref: str, src: str, podman: Any) -> None:
-    """Import podman's image `src` into `store` as `ref` (and `<repo>@<manifest digest>`, as `ctr images import
-    --digests` names it: what a pod spec's `repo@sha256:...` resolves), one layer at a time; no layer blob stays.
-    `podman` is a vllm_rocm_stack.images.podman.Podman."""
+def inspect(podman: Any, src: str) -> Image:
+    """What podman says of its image `src` (a vllm_rocm_stack.images.podman.Podman)."""
     info = json.loads(podman("image", "inspect", "--format", "json", src).stdout)[0]
-    image = Image(
+    return Image(
         tuple(info["RootFS"]["Layers"]),
         "sha256:" + info["Id"].removeprefix("sha256:"),
         info.get("Architecture") or "amd64",
         info.get("Os") or "linux",
     )
+
+
+def import_from_podman(store: Store, ctr: str, ref: str, src: str, podman: Any) -> None:
+    """Import podman's image `src` into `store` as `ref` (and `<repo>@<manifest digest>`, as `ctr images import
+    --digests` names it: what a pod spec's `repo@sha256:...` resolves), one layer at a time; no layer blob stays.
+    `podman` is a vllm_rocm_stack.images.podman.Podman."""
+    image = inspect(podman, src)
     with tempfile.TemporaryFile() as err:
         save = subprocess.Popen(
             ["podman", "save", "--format", "docker-archive", src], stdout=subprocess.PIPE, stderr=err, env=podman.env

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.layered_import import ImportFailed, Store, name_image
+from tests.support.layered_import import ImportFailed, Store, inspect, name_image
 
 GC_ROOT = "containerd.io/gc.root"  # what `ctr snapshots prepare/commit` label with: kept until the image holds them
 KEY_PREFIX = "vllm-rocm-link-"
@@ -55,8 +55,8 @@ def buildah_layers(podman: Any, src: str) -> Layers | str:
     buildah = podman.b
     if buildah.driver != "overlay":
         return f"buildah's storage driver is {buildah.driver}, not overlay"
-    info = json.loads(podman("image", "inspect", "--format", "json", src).stdout)[0]
-    image_id, diff_ids = info["Id"].removeprefix("sha256:"), tuple(info["RootFS"]["Layers"])
+    image = inspect(podman, src)
+    image_id, diff_ids = image.image_id.removeprefix("sha256:"), image.diff_ids
     config = buildah("inspect", "--type", "image", "--format", "{{.Config}}", src).stdout.rstrip("\n").encode()
     if hashlib.sha256(config).hexdigest() != image_id:
         return "buildah's config of the image is not the image's (its digest differs from the image ID)"
