@@ -5,15 +5,17 @@ are put into its own loops (no outside input makes them die)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from vllm_rocm_health import app
 from vllm_rocm_health.app import Sidecar
 from vllm_rocm_health.canary import CanaryConfig
 from vllm_rocm_health.config import SidecarConfig
@@ -93,14 +95,21 @@ def _wait(pred, timeout: float = 20.0) -> bool:
     return bool(pred())
 
 
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[tuple[Sidecar, str, CanaryAnswerer]]:
+@contextlib.contextmanager
+def started(
+    tmp_path: Path,
+    interval: float,
+    log_fixture: str = "v0.14.0-eager.log",
+    prepare: Callable[[Sidecar], None] = lambda _: None,
+) -> Iterator[tuple[Sidecar, str, CanaryAnswerer]]:
+    """A Sidecar in-process following a log of health/fixtures, Ready on the fake answerer (a canary pass), canary
+    every `interval` s; `prepare` sees it before its threads start."""
     base = make_baseline(seed=7, num_problems=4)
     base.save(tmp_path / "b.json")
     answerer = CanaryAnswerer(base)
     server = AnswererServer(answerer)
     log = tmp_path / "vllm.log"
-    log.write_text((FIXTURES / "v0.14.0-eager.log").read_text())
+    log.write_text((FIXTURES / log_fixture).read_text())
     port = free_port()
     cfg = SidecarConfig(
         vllm_url=server.url,
@@ -112,13 +121,14 @@ def running(tmp_path: Path) -> Iterator[tuple[Sidecar, str, CanaryAnswerer]]:
             baseline=str(tmp_path / "b.json"),
             seed=7,
             num_problems=4,
-            interval=1.0,
+            interval=interval,
             max_age_intervals=2.0,
             timeout=3.0,
             idle_probe_after=0.0,
         ),
     )
     sidecar = Sidecar(cfg, EventPoster(None))
+    prepare(sidecar)
     sidecar.start()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -127,6 +137,37 @@ def running(tmp_path: Path) -> Iterator[tuple[Sidecar, str, CanaryAnswerer]]:
     finally:
         sidecar.shutdown()
         server.close()
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[Sidecar, str, CanaryAnswerer]]:
+    with started(tmp_path, interval=1.0) as s:
+        yield s
+
+
+def test_shutdown_wakes_the_canary_between_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM (`shutdown()`) ends every worker at once, the canary too while it waits for its next run: an hour
+    here (interval and heartbeat), so a canary that waited would still be alive after the generous join below."""
+    monkeypatch.setattr(app, "CANARY_BEAT", 3600.0)
+    sleeping = threading.Event()
+
+    class Wake(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            sleeping.set()
+            return super().wait(timeout)
+
+    def prepare(sidecar: Sidecar) -> None:
+        sidecar.canary_wake = Wake()
+
+    # An engine that finished starting: the follower's stop at shutdown starts no new instance (which would wake
+    # the canary too).
+    with started(tmp_path, 3600.0, "v0.14.0-dict-default.log", prepare) as (sidecar, _, _):
+        canary = next(w for w in sidecar.supervisor.workers if w.name == "canary")
+        assert sleeping.wait(60.0), "the canary never went to sleep after its pass"
+        sidecar.shutdown()
+        sidecar.supervisor.join(120.0)  # a bound for a loaded machine only: a woken thread ends in milliseconds
+        assert [w.name for w in sidecar.supervisor.workers if w.alive()] == []
+        assert not canary.alive()
 
 
 def test_a_dead_log_follower_is_not_ready_then_restarted(running, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,8 @@ from .state import LogState
 from .workers import Supervisor, Worker
 
 log = logging.getLogger(__name__)
+# The longest the canary worker sleeps between runs without a heartbeat (its stuck check allows a run plus 30 s).
+CANARY_BEAT = 5.0
 
 
 class Sidecar:
@@ -346,7 +348,7 @@ class Sidecar:
                     # Due, or a new engine instance whose pass must come now; but a server the last run found slow
                     # keeps its back-off (it stays not ready meanwhile: the old pass no longer counts).
                     break
-                self.canary_wake.wait(min(left, 5.0))
+                self.canary_wake.wait(min(left, CANARY_BEAT))
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -369,6 +371,9 @@ class Sidecar:
 
     def shutdown(self) -> None:
         self.stop.set()
+        # The canary sleeps on its wake event between runs (up to CANARY_BEAT s), not on `stop`: wake it, or a
+        # SIGTERM waits out that sleep (a pod's grace period; every test that stops a sidecar).
+        self.canary_wake.set()
         if self.http is not None:
             self.http.shutdown()
             self.http.server_close()
