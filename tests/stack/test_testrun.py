@@ -36,11 +36,17 @@ def script(path: Path, body: str) -> list[str]:
     return ["bash", str(path)]
 
 
-def build_script(fake: Path, seconds: float, rc: int = 0, on_int: Path | None = None) -> list[str]:
-    """Takes the lock as tools/kube/build.sh does, works `seconds`, writes its pid, exits rc; with `on_int`, writes
-    that file when interrupted (bash cannot trap a signal it was started with ignored)."""
+def build_script(
+    fake: Path, seconds: float, rc: int = 0, on_int: Path | None = None, until: Path | None = None
+) -> list[str]:
+    """Takes the lock as tools/kube/build.sh does, works `seconds` (or, with `until`, until that file exists: at
+    most 600 s), writes its pid, exits rc; with `on_int`, writes that file when interrupted (bash cannot trap a
+    signal it was started with ignored)."""
     lock = fake / "work" / "kube" / ".build.lock"
     trap = f"trap 'echo int > {on_int}; exit 130' INT\n" if on_int else ""
+    work = f"sleep {seconds}"
+    if until is not None:
+        work = f"for _ in $(seq 12000); do [ -e {until} ] && break; sleep 0.05; done"
     return script(
         fake / "build.sh",
         trap
@@ -49,7 +55,7 @@ def build_script(fake: Path, seconds: float, rc: int = 0, on_int: Path | None = 
         exec 9>{lock}
         flock 9
         echo $$ > {fake}/build.pid
-        sleep {seconds}
+        {work}
         echo built > {fake}/built
         exit {rc}
         """,
@@ -63,7 +69,8 @@ def tree(fake: Path, test_body: str) -> str:
 
 
 def test_the_tests_wait_for_the_build_they_run_beside(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 3))
+    # The build works until the test has looked (not for a time: a loaded machine starts pytest late).
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0, until=fake / "looked"))
     monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", "echo venv ready\n"))
     # The test runs while the build holds the lock; kube_build.wait returns only after the build wrote its output.
     test = tree(
@@ -74,6 +81,7 @@ def test_the_tests_wait_for_the_build_they_run_beside(fake: Path, monkeypatch: p
 
         def test_waits():
             assert not Path({str(fake / "built")!r}).exists()
+            Path({str(fake / "looked")!r}).touch()
             kube_build.wait(Path({str(fake / "work" / "kube" / ".build.lock")!r}), 60)
             assert Path({str(fake / "built")!r}).read_text() == "built\\n"
         """,
