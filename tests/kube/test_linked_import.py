@@ -5,11 +5,13 @@ blob is stored; the streamed import (layered_import) sees the same; and where li
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -172,6 +174,56 @@ def test_links_through_the_bind_mount_podman_keeps_over_its_storage(
         assert image_store.describe(nodes) == image_store.describe(podmans)
 
 
+def test_links_through_stacked_binds(
+    tmp_path: Path, store: kube_node.ImageStore, overlay: Buildah, built: str, storage_home: Path
+) -> None:
+    """Two binds of buildah's storage on the same point (podman processes that each made theirs): each is
+    unmounted in the link's namespace, not just the top one."""
+    podman = Podman(overlay, conf_dir=tmp_path / "containers")
+    layers = linked_import.buildah_layers(podman, built)
+    assert isinstance(layers, linked_import.Layers), layers
+    twice = contextlib.ExitStack()
+    with twice:
+        for _ in range(2):
+            twice.enter_context(contextlib.contextmanager(bound)(storage_home, storage_home))
+        assert linked_import.self_binds(layers.dirs[0]).count(str(storage_home)) == 2
+        made = linked_import.link(store, kube_node.CTR, built, layers, built)
+    assert made == linked_import.chain_ids(layers.diff_ids)
+
+
+def test_a_bind_made_while_the_links_are_made_does_not_reach_them(
+    tmp_path: Path,
+    store: kube_node.ImageStore,
+    overlay: Buildah,
+    built: str,
+    storage_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """podman binds its storage when a container starts, which may be while a layer is being linked (run 32: the
+    pre-import failed mid-layer with EXDEV and streamed for 6 minutes). The copy's mount namespace is its own from
+    its start: here the bind is made after the first copy began and before it links anything."""
+    podman = Podman(overlay, conf_dir=tmp_path / "containers")
+    layers = linked_import.buildah_layers(podman, built)
+    assert isinstance(layers, linked_import.Layers), layers
+    began, go = tmp_path / "began", tmp_path / "go"
+    wrapper = tmp_path / "cp-after-go"
+    wrapper.write_text(f'#!/bin/sh\ntouch {began}\nwhile [ ! -e {go} ]; do sleep 0.05; done\nexec cp "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(linked_import, "CP", (str(wrapper),))
+    assert linked_import.self_binds(layers.dirs[0]) == []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        made = pool.submit(linked_import.link, store, kube_node.CTR, built, layers, built)
+        try:
+            while not began.exists():  # observed, not timed
+                assert not made.done(), made.result()
+                time.sleep(0.05)
+            with contextlib.contextmanager(bound)(storage_home, storage_home):
+                go.touch()
+                assert made.result(timeout=600) == linked_import.chain_ids(layers.diff_ids)
+        finally:
+            go.touch()
+
+
 def test_layers_behind_another_mount_are_refused_as_unlinkable(
     tmp_path: Path, store: kube_node.ImageStore, overlay: Buildah, built: str, storage_home: Path
 ) -> None:
@@ -204,5 +256,7 @@ def test_self_binds_are_read_from_mountinfo() -> None:
     )
     diff, upper = Path("/w/buildah/storage/overlay/1/diff"), Path("/w/kube/containerd/snapshots/1/fs")
     assert linked_import.self_binds(diff, upper, mountinfo=mountinfo) == ["/w/buildah/storage/overlay"]
+    stacked = mountinfo + "\n51 47 254:0 /w/buildah/storage/overlay /w/buildah/storage/overlay rw - ext4 /dev/vda rw"
+    assert linked_import.self_binds(diff, mountinfo=stacked) == ["/w/buildah/storage/overlay"] * 2
     assert linked_import.self_binds(Path("/w/a b/c"), mountinfo=mountinfo) == ["/w/a b"]
     assert linked_import.self_binds(Path("/w/other"), mountinfo=mountinfo) == []

@@ -108,34 +108,43 @@ class CannotLink(ImportFailed):
 
 def self_binds(*paths: Path, mountinfo: str | None = None) -> list[str]:
     """The mount points above `paths` that are bind mounts of their own directory (mountinfo's root field is the
-    mount point), deepest first. c/storage's overlay driver makes its home such a mount (private, while a container
-    runs) and the kubelet its root directory: the files under one are the same as under its parent mount, but a hard
-    link may not cross from one mount to another (EXDEV)."""
+    mount point), deepest first, once per mount (one may be stacked on another at the same point). c/storage's
+    overlay driver makes its home such a mount (private, while a container runs) and the kubelet its root directory:
+    the files under one are the same as under its parent mount, but a hard link may not cross from one mount to
+    another (EXDEV)."""
     text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
-    out = set()
+    out = []
     for line in text.splitlines():
         fields = line.split(" ")
         root, point = fields[3].replace("\\040", " "), fields[4].replace("\\040", " ")
         if point == "/" or root != point:
             continue
         if any(p == Path(point) or Path(point) in p.parents for p in paths):
-            out.add(point)
+            out.append(point)
     return sorted(out, key=lambda m: -m.count("/"))
 
 
+# The copy, run in the link's own mount namespace (a test puts a wrapper here to act while it runs).
+CP: tuple[str, ...] = ("cp",)
+# In a mount namespace of its own (private: no mount made outside from then on reaches it): unmount each self-bind
+# named before `--`, then run the rest.
+_UNBIND = 'for m in "$@"; do [ "$m" = -- ] && break; umount -l "$m" || exit 1; shift; done; shift; exec "$@"'
+
+
 def _link_tree(diff: Path, upper: Path) -> None:
-    """`cp -a --link` of the layer directory into the snapshot's; where a self-bind mount lies between them, in a
-    mount namespace of its own with those mounts lazily unmounted (nothing outside it changes)."""
+    """`cp -a --link` of the layer directory into the snapshot's, in a mount namespace of its own with the self-bind
+    mounts above them lazily unmounted (nothing outside it changes). Always in one: podman may make its self-bind
+    while the copy runs (run 32: the pre-import beside the compose test failed mid-layer with EXDEV)."""
     binds = self_binds(diff, upper)
-    cp = ["cp", "-a", "--link", "--", f"{diff}/.", f"{upper}/"]
-    if binds:
-        script = 'for m in "$@"; do [ "$m" = -- ] && break; umount -l "$m" || exit 1; shift; done; shift; exec "$@"'
-        cp = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *binds, "--", *cp]
-    done = subprocess.run(cp, capture_output=True, text=True, timeout=600)
+    cp = [*CP, "-a", "--link", "--", f"{diff}/.", f"{upper}/"]
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _UNBIND, "sh", *binds, "--", *cp]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         said = done.stderr.strip()[-2000:]
         if "Invalid cross-device link" in said:
             raise CannotLink(f"{diff} and {upper} are on different mounts: {said.splitlines()[-1]}")
+        if "unshare failed" in said:  # not allowed a mount namespace here (no CAP_SYS_ADMIN): the node streams
+            raise CannotLink(f"no mount namespace of its own for the links: {said.splitlines()[-1]}")
         raise ImportFailed(f"linking {diff} into {upper} failed: {said}")
 
 
