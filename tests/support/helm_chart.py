@@ -19,6 +19,8 @@ import yaml
 from vllm_rocm_known_issues import evaluator as ki
 from vllm_rocm_stack.config import WORK
 
+from tests.support.render_cache import RenderCache
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "vllm-rocm"
 HELM = os.environ.get("HELM", str(WORK / "bin" / "helm"))
@@ -84,26 +86,24 @@ def with_reference(values: dict[str, Any] | None) -> dict[str, Any]:
     return {"canary.baseline": baseline_for(served, seed, num, budget(cfg)[1]), **values}
 
 
-# Renders of the real chart by their arguments. The chart does not change during a session, so a render repeated with
-# the same values (the catalogue's, tests/support/chart_values.py, asked by several modules) runs helm once. Only
-# renders whose arguments say everything: no probe copy of the chart, no flag that reads a file (its content can
-# change under the same name).
-_RENDERS: dict[tuple[str, ...], subprocess.CompletedProcess[str]] = {}
-_SELF_CONTAINED_FLAGS = {"-n", "--kube-version", "--api-versions", "--set-json", "--dry-run=client", "--show-only"}
-
-
-def _cacheable(args: tuple[str, ...]) -> bool:
-    flags = {a for a in args[3:] if a.startswith("-")}
-    real_chart = args[:1] in (("template",), ("install",)) and args[2:3] == (str(CHART),)
-    return real_chart and flags <= _SELF_CONTAINED_FLAGS
+# Renders by everything they depend on (tests/support/render_cache.py): on disk across sessions, xdist workers and
+# runs, and in memory for the renders this process asked for already (the catalogue's, tests/support/chart_values.py,
+# asked by several modules). The checkout's chart does not change during a session: it is read once.
+_CACHE = RenderCache(WORK / "cache" / "helm-renders", Path(HELM), stable_chart=CHART)
+_RENDERS: dict[Path, subprocess.CompletedProcess[str]] = {}
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if not Path(HELM).exists():
         pytest.fail(f"helm not found at {HELM} (run `make setup`)")
-    proc = _RENDERS.get(args) or subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60)
-    if _cacheable(args):
-        _RENDERS[args] = proc
+    entry = _CACHE.entry(args)
+    proc = None if entry is None else (_RENDERS.get(entry) or _CACHE.get(entry, args))
+    if proc is None:
+        proc = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60)
+        if entry is not None:
+            _CACHE.put(entry, proc)
+    if entry is not None:
+        _RENDERS[entry] = proc
     if check and proc.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}")
     return proc
