@@ -287,15 +287,44 @@ def test_stop_ends_a_running_part_and_reaps_it(tmp_path: Path) -> None:
         os.kill(part.proc.pid, 0)  # reaped, not a zombie
 
 
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel has no autogroup scheduling")
+def test_a_part_gets_its_share_in_an_autogroup_of_its_own(tmp_path: Path) -> None:
+    """A part's nice is its session's autogroup nice (what the kernel weighs sessions by), not the runner's: the
+    runner's own autogroup is left as it was."""
+    own = Path("/proc/self/autogroup").read_text()
+    part = testrun.Part("weighed", ["cat", "/proc/self/autogroup"], tmp_path / "weighed.log", nice=7).start()
+    assert part.wait() == 0
+    group, nice = part.log.read_text().split()[0], part.log.read_text().split()[-1]
+    assert nice == "7" and group != own.split()[0], part.log.read_text()
+    assert Path("/proc/self/autogroup").read_text() == own
+
+
+def test_a_refused_share_is_said_and_the_part_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where the kernel refuses the nice (a negative one without CAP_SYS_NICE, or no autogroups), the part still runs,
+    at an even share, and says so."""
+    part = testrun.Part("refused", ["true"], tmp_path / "refused.log", nice=99)  # out of range: always refused
+    assert part.start().wait() == 0
+    assert "[refused] runs at an even share of the CPU (autogroup nice 99" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "markers",
     # As `-m` sees them: one tier each (tests/support/tiers.py gives an unmarked test `unit`, and refuses two).
-    [{"unit"}, {"integration"}, {"system"}, {"system", "host"}, {"integration", "host"}, {"unit", "host"}],
+    [
+        {"unit"},
+        {"integration"},
+        {"system"},
+        {"system", "host"},
+        {"integration", "host"},
+        {"unit", "host"},
+        {"system", "cluster"},
+    ],
     ids=lambda m: "+".join(sorted(m)),
 )
 def test_the_sessions_split_every_test_once(markers: set[str]) -> None:
     """Every test runs in exactly one session (none twice, none left out); a system test marked `host` runs with the
-    integration tier, and only the unit tier starts before the vLLM CPU setup."""
+    integration tier, one marked `cluster` in the cluster session, and only the unit tier starts before the vLLM CPU
+    setup."""
     from _pytest.mark.expression import Expression  # what `-m` evaluates
 
     chosen = [s for s in testrun.SESSIONS if Expression.compile(s[1]).evaluate(lambda m: m in markers)]
@@ -303,4 +332,6 @@ def test_the_sessions_split_every_test_once(markers: set[str]) -> None:
     name, _, after_setup = chosen[0]
     if markers == {"system", "host"}:
         assert name == "integration"
+    if markers == {"system", "cluster"}:
+        assert name == "cluster"
     assert after_setup == ("unit" not in markers)

@@ -24,6 +24,9 @@ from typing import Any, TypeVar
 import pytest
 
 TIERS = ("unit", "integration", "system")  # in order: each may use what the ones before it use
+# The fixtures that start a Kubernetes control plane or the node: a test that uses one, directly or through others,
+# gets the `cluster` marker, so that `make test` runs it in the session that waits for the Kubernetes build.
+CLUSTER_FIXTURES = frozenset({"control_plane", "node_cluster"})
 _NEED = "_vllm_rocm_tier"
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,6 +60,14 @@ def mark_unmarked(items: Iterable[pytest.Item]) -> None:
             item.add_marker(pytest.mark.unit)
 
 
+def mark_cluster(items: Iterable[pytest.Item]) -> None:
+    """Give every test that uses a cluster fixture (CLUSTER_FIXTURES) the `cluster` marker: by the fixtures it uses,
+    not by its file, so that no test starts a cluster outside the session meant for it."""
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.cluster)
+
+
 def refusal(item: pytest.Item) -> str:
     """Why `item` may not run in its tier ("" when it may): the fixtures it uses that need a higher one."""
     own = TIERS.index(tier_of(item))
@@ -86,6 +97,7 @@ def refusal(item: pytest.Item) -> str:
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by the markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_unmarked(items)
+    mark_cluster(items)
 
 
 @pytest.hookimpl(tryfirst=True)  # before any fixture of the test starts
