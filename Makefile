@@ -40,9 +40,10 @@ run: $(if $(call wants_help,$(RUN_ARGS)),,setup-vllm) ## Start the local stack: 
 	@$(if $(call wants_help,$(RUN_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_stack.cli run $(RUN_ARGS)
 
 # The Kubernetes build (CPU-bound, the longest setup step on a fresh machine) and the unit tier start at once; the
-# vLLM CPU venv (mostly downloads) is set up beside them; then the system and integration tiers, three pytest sessions
-# side by side, the cluster tests waiting for the build if it still runs (tools/src/vllm_rocm_stack/testrun.py).
-test: check ## Set up and run every test: the Kubernetes build in the background, a pytest session per tier side by side (after `make check`)
+# vLLM CPU venv (mostly downloads) is set up beside them; then the system and integration tiers and the cluster tests,
+# in pytest sessions side by side, the cluster tests waiting for the build if it still runs
+# (tools/src/vllm_rocm_stack/testrun.py).
+test: check ## Set up and run every test: the Kubernetes build in the background, a pytest session per tier and one for the cluster tests, side by side (after `make check`)
 	@PYTHONPATH=$(SRC_PATH) $(PY) -m vllm_rocm_stack.testrun -- $(PYTEST_ARGS)
 
 # The unit tier on one pytest-xdist worker per core plus one (a third of its tests' time is waiting on the processes
