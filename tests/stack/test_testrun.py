@@ -292,7 +292,10 @@ def test_a_part_gets_its_share_in_an_autogroup_of_its_own(tmp_path: Path) -> Non
     """A part's nice is its session's autogroup nice (what the kernel weighs sessions by), not the runner's: the
     runner's own autogroup is left as it was."""
     own = Path("/proc/self/autogroup").read_text()
-    part = testrun.Part("weighed", ["cat", "/proc/self/autogroup"], tmp_path / "weighed.log", nice=7).start()
+    go = tmp_path / "go"  # the part looks once start() has returned: what it sees is then what it runs with
+    look = f"while [ ! -e {go} ]; do sleep 0.05; done; cat /proc/self/autogroup"
+    part = testrun.Part("weighed", ["sh", "-c", look], tmp_path / "weighed.log", nice=7).start()
+    go.touch()
     assert part.wait() == 0
     group, nice = part.log.read_text().split()[0], part.log.read_text().split()[-1]
     assert nice == "7" and group != own.split()[0], part.log.read_text()

@@ -9,6 +9,10 @@ from pathlib import Path
 from vllm_rocm_health.state import LogState
 
 _SIZES = re.compile(r"""cudagraph_capture_sizes['"]?\s*:\s*\[([\d,\s]*)\]""")
+# vLLM's API server says where it serves, after its socket is bound (0.20+: "Starting vLLM server on
+# http://127.0.0.1:8000", vllm/entrypoints/launchers/api_server/entry.py in 0.32.0; up to 0.14: "Starting vLLM API
+# server 0 on http://..."): the port it holds (inside a container, the container's port).
+_SERVING = re.compile(r"\] Starting vLLM (?:API )?server(?: \d+)? on \S*?:(\d+)\b")
 # Lines that say why a server did not start, most telling first.
 _WHY = (re.compile(r"(\w*Error|\w*Exception): .+"), re.compile(r"error: .+", re.I))
 
@@ -37,6 +41,7 @@ class LogFollower:
         self.path = path
         self.state = LogState(requested_hint=requested)
         self.capture_sizes: list[int] | None = None
+        self.serving_on: set[int] = set()  # the ports the server's log says it serves on
         self._pos = 0
         self._partial = b""
 
@@ -59,6 +64,8 @@ class LogFollower:
         for raw in lines:
             line = raw.decode("utf-8", "replace")
             self.state.feed(line)
+            if "Starting vLLM" in line and (m := _SERVING.search(line)):
+                self.serving_on.add(int(m.group(1)))
             if "Initializing a V1 LLM engine" in line:
                 m = _SIZES.search(line)
                 self.capture_sizes = [int(x) for x in m.group(1).replace(",", " ").split()] if m else None

@@ -6,6 +6,7 @@ import atexit
 import ctypes
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -130,8 +131,37 @@ def wait_until(
         time.sleep(interval)
 
 
-def free_port() -> int:
-    """A port nothing listens on now (127.0.0.1), for a server this process is about to start."""
+# Server ports come from below the kernel's ephemeral range (and below Kubernetes' NodePorts, 30000-32767): the
+# kernel gives a port of that range to any process that asks for any free one (bind to port 0, an outgoing
+# connection, vLLM's own internal sockets), and a port chosen here stays unbound until the server has imported vLLM
+# and bound it, seconds to minutes later (server.py checks, besides, that what answers there is the server).
+PORT_BAND = (20000, 30000)
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORT_TRIES = 200
+
+
+def _ephemeral_low() -> int | None:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now on `host`, for a server this process is about to start: a random one of
+    PORT_BAND below the kernel's ephemeral range; the kernel's own choice when no such port is free (or the
+    ephemeral range starts below the band)."""
+    low, high = PORT_BAND
+    ephemeral = _ephemeral_low()
+    if ephemeral is not None:
+        high = min(high, ephemeral)
+    for port in random.sample(range(low, high), min(PORT_TRIES, max(0, high - low))):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:  # in use (or in TIME_WAIT): another
+                continue
+            return port
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])

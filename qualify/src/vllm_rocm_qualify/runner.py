@@ -268,7 +268,7 @@ class Qualification:
 
     def _launch(self, run: ModeRun, placement: devices.Placement, side_by_side: bool, note: bool) -> bool:
         cfg = self.cfg
-        port = cfg.port or free_port()
+        port = cfg.port or free_port(cfg.host)
         gpu = placement.gpu.id if placement.gpu else ""
         argv = template.expand(cfg.command, run.label, port, cfg.model, cfg.served_model_name, cfg.server_args, gpu)
         argv += placement.args

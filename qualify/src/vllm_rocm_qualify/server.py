@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -29,6 +30,10 @@ def server_env(cache: Path) -> dict[str, str]:
     return env
 
 
+# How a server that could not bind its port ends (Python's OSError text for EADDRINUSE on Linux).
+PORT_TAKEN = "Address already in use"
+
+
 class StartFailed(Exception):
     """The server exited or did not become ready; the message says why, in the log's words."""
 
@@ -39,6 +44,8 @@ class ModeServer:
     ) -> None:
         self.label = label
         self.base_url = base_url
+        self.port = urllib.parse.urlsplit(base_url).port
+        self.foreign = False  # /health answered before the server's log said it serves on our port
         self.log_path = log_path
         log_path.unlink(missing_ok=True)  # one run per file: the parser must see one server's start only
         self.process = ManagedProcess(f"vLLM {label}", argv, log_path, env=env)
@@ -64,22 +71,40 @@ class ModeServer:
             raise StartFailed(f"cannot run {self.process.argv[0]}: {e.strerror or e}") from e
         self.pid_path.write_text(f"{self.process.pid}\n")
 
+    def _ours(self) -> bool:
+        """Whether the server's own log says it serves: only then is what answers on its port this server. The port
+        was free when it was chosen; until the server (or the container runtime of a `docker run -p {port}:8000`
+        command) binds it, any process may be given it (run 34 of the test suite: a test's HTTP stub answered
+        /health there, 17 s into a vLLM start, and was measured). vLLM binds its socket before it loads the model
+        and logs the line when it serves on it, so a server that says so holds the port; one that could not bind it
+        exits. The line names the port inside a container, which may differ from ours: any port counts."""
+        self.log.poll()
+        return bool(self.log.serving_on)
+
     def wait_ready(self, timeout: float) -> None:
-        """Follow the log until /health answers; StartFailed when the process exits or `timeout` passes."""
+        """Follow the log until /health answers and the log says the server serves on its port; StartFailed when
+        the process exits or `timeout` passes."""
         while True:
             self.log.poll()
             if not self.process.alive():
                 self.log.finish()
-                raise StartFailed(
-                    f"exited with code {self.process.returncode()} before ready: "
-                    f"{why_it_failed(self.process.log_tail(60))}"
-                )
+                why = why_it_failed(self.process.log_tail(60))
+                if PORT_TAKEN in self.process.log_tail(60):
+                    why = f"port {self.port} was taken by another process before the server bound it ({why})"
+                raise StartFailed(f"exited with code {self.process.returncode()} before ready: {why}")
             if self._health():
-                self.ready_seconds = time.monotonic() - self.t0
-                self.log.poll()
-                return
+                if self._ours():
+                    self.ready_seconds = time.monotonic() - self.t0
+                    return
+                self.foreign = True
             if time.monotonic() - self.t0 > timeout:
                 self.log.finish()
+                if self.foreign:
+                    raise StartFailed(
+                        f"not ready within {timeout:.0f} s: /health on port {self.port} answered, but the server's "
+                        "log never said it serves (vLLM logs 'Starting vLLM server on ...' at INFO): another process "
+                        "answers on that port"
+                    )
                 raise StartFailed(
                     f"not ready within {timeout:.0f} s ({self.log.progress()}): "
                     f"{why_it_failed(self.process.log_tail(20))}"
