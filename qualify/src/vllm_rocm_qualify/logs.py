@@ -34,6 +34,11 @@ FIELDS = (
 )
 
 
+def serving_ports(text: str) -> set[int]:
+    """The ports a server's log text says it serves on (vLLM's own line, _SERVING)."""
+    return {int(m.group(1)) for m in _SERVING.finditer(text)}
+
+
 class LogFollower:
     """Reads a growing log file and feeds each complete line to a LogState."""
 
@@ -64,8 +69,8 @@ class LogFollower:
         for raw in lines:
             line = raw.decode("utf-8", "replace")
             self.state.feed(line)
-            if "Starting vLLM" in line and (m := _SERVING.search(line)):
-                self.serving_on.add(int(m.group(1)))
+            if "Starting vLLM" in line:
+                self.serving_on |= serving_ports(line)
             if "Initializing a V1 LLM engine" in line:
                 m = _SIZES.search(line)
                 self.capture_sizes = [int(x) for x in m.group(1).replace(",", " ").split()] if m else None

@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from vllm_rocm_qualify.logs import serving_ports
 from vllm_rocm_qualify.processes import ManagedProcess, wait_until
 from vllm_rocm_qualify.server import server_env as qualify_server_env
 
@@ -73,6 +74,8 @@ class VllmServer:
             f"vLLM ({served_model_name})", argv, log_path, env=server_env(WORK / "cache"), cwd=REPO
         )
         self.startup_seconds = 0.0
+        self._log_from = 0  # where this start's lines begin in the log (ManagedProcess appends)
+        self.foreign = False  # /health answered before this start's log said it serves
 
     @property
     def base_url(self) -> str:
@@ -85,9 +88,25 @@ class VllmServer:
             )
         try:
             with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
-                return r.status == 200
+                if r.status != 200:
+                    return False
         except (urllib.error.URLError, OSError):
             return False
+        if self.serves():
+            return True
+        self.foreign = True
+        return False
+
+    def serves(self) -> bool:
+        """Whether this start's log says the server serves: what answers on its port is then this server, not a
+        process the port went to between free_port() and the bind (vllm_rocm_qualify.server says more)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_from)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return False
+        return bool(serving_ports(text))
 
     def start(self, timeout: float = 600.0, progress: Callable[[float], None] | None = None) -> None:
         if not self.python.exists():
@@ -95,6 +114,8 @@ class VllmServer:
         if not (self.model / "config.json").is_file():
             raise RuntimeError(f"model {self.model} missing: run `make setup-vllm`")
         t0 = time.monotonic()
+        self.foreign = False
+        self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.process.start()
         try:
             ok = wait_until(self.healthy, timeout, interval=0.5, on_tick=progress)
@@ -104,7 +125,13 @@ class VllmServer:
         if not ok:
             tail = self.process.log_tail(40)
             self.process.stop(timeout=10)
-            raise RuntimeError(f"vLLM was not healthy within {timeout:.0f} s; log tail:\n{tail}")
+            why = (
+                f"/health on port {self.port} answered, but the log never said vLLM serves: another process holds "
+                "the port"
+                if self.foreign
+                else "not healthy"
+            )
+            raise RuntimeError(f"vLLM was not ready within {timeout:.0f} s ({why}); log tail:\n{tail}")
         self.startup_seconds = time.monotonic() - t0
 
     def alive(self) -> bool:
