@@ -7,53 +7,22 @@ from __future__ import annotations
 
 import socket
 import sys
-import textwrap
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from vllm_rocm_qualify.processes import free_port
 from vllm_rocm_qualify.server import ModeServer, StartFailed
 
-from tests.support.http import LocalServer
-
-
-class Healthy(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
+from tests.support.serving_stand_in import NEVER_BINDS, SERVES, another_server
 
 
 def server(tmp_path: Path, port: int, script: str) -> ModeServer:
     path = tmp_path / "server.py"
-    path.write_text(textwrap.dedent(script))
+    path.write_text(script)
     argv = [sys.executable, str(path), str(port)]
     s = ModeServer("NONE", argv, tmp_path / "NONE.log", {"PATH": "/usr/bin:/bin"}, f"http://127.0.0.1:{port}", "NONE")
     s.launch()
     return s
-
-
-# What vLLM does, in small: bind the port first, say so in vLLM's words, then answer /health.
-SERVES = """
-    import sys
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    port = int(sys.argv[1])
-    httpd = HTTPServer(("127.0.0.1", port), H)
-    print(f"(APIServer pid=1) INFO 12-06 09:15:25 [entry.py:140] Starting vLLM server on http://127.0.0.1:{port}",
-          flush=True)
-    httpd.serve_forever()
-"""
 
 
 def test_a_server_that_says_it_serves_on_its_port_is_ready(tmp_path: Path) -> None:
@@ -68,29 +37,25 @@ def test_a_server_that_says_it_serves_on_its_port_is_ready(tmp_path: Path) -> No
 def test_an_answer_from_another_process_is_not_the_servers(tmp_path: Path) -> None:
     """A stub holds the port and answers /health; the server under test is still starting (never binds): not ready,
     and the failure names the port and why."""
-    stub = LocalServer(Healthy)
-    port = int(stub.url.rsplit(":", 1)[1])
-    s = server(tmp_path, port, "import time\nprint('loading', flush=True)\ntime.sleep(600)\n")
-    try:
-        with pytest.raises(StartFailed, match=f"/health on port {port} answered, but the server's log never said"):
-            s.wait_ready(timeout=3)
-        assert s.foreign and s.ready_seconds == 0
-    finally:
-        s.stop()
-        stub.close()
+    with another_server() as port:
+        s = server(tmp_path, port, NEVER_BINDS)
+        try:
+            with pytest.raises(StartFailed, match=f"/health on port {port} answered, but the server's log never said"):
+                s.wait_ready(timeout=3)
+            assert s.foreign and s.ready_seconds == 0
+        finally:
+            s.stop()
 
 
 def test_a_server_whose_port_was_taken_fails_saying_so(tmp_path: Path) -> None:
     """The usual end of that race: the server cannot bind the port the other process took, and exits."""
-    stub = LocalServer(Healthy)
-    port = int(stub.url.rsplit(":", 1)[1])
-    s = server(tmp_path, port, SERVES)
-    try:
-        with pytest.raises(StartFailed, match=f"port {port} was taken by another process"):
-            s.wait_ready(timeout=120)
-    finally:
-        s.stop()
-        stub.close()
+    with another_server() as port:
+        s = server(tmp_path, port, SERVES)
+        try:
+            with pytest.raises(StartFailed, match=f"port {port} was taken by another process"):
+                s.wait_ready(timeout=120)
+        finally:
+            s.stop()
 
 
 def test_a_server_behind_a_port_mapping_names_its_own_port(tmp_path: Path) -> None:

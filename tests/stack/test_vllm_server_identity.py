@@ -6,48 +6,18 @@ cannot be made on cue with a real vLLM."""
 from __future__ import annotations
 
 import sys
-import textwrap
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from vllm_rocm_qualify.processes import free_port
 from vllm_rocm_stack.vllm_server import VllmServer
 
-from tests.support.http import LocalServer
-
-SERVES = """
-    import sys
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    port = int(sys.argv[sys.argv.index("--port") + 1])
-    httpd = HTTPServer(("127.0.0.1", port), H)
-    print(f"(APIServer pid=1) INFO 12-06 09:15:25 [entry.py:140] Starting vLLM server on http://127.0.0.1:{port}",
-          flush=True)
-    httpd.serve_forever()
-"""
-NEVER_BINDS = "import time\nprint('loading', flush=True)\ntime.sleep(600)\n"
-
-
-class Healthy(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
+from tests.support.serving_stand_in import NEVER_BINDS, SERVES, another_server, serving_line
 
 
 def stand_in(tmp_path: Path, port: int, script: str) -> VllmServer:
     """A VllmServer whose "python" runs `script` instead of vLLM (its argv, --port included, is passed on)."""
-    (tmp_path / "stand_in.py").write_text(textwrap.dedent(script))
+    (tmp_path / "stand_in.py").write_text(script)
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {tmp_path / "stand_in.py"} "$@"\n')
     python.chmod(0o755)
@@ -67,29 +37,25 @@ def test_a_start_whose_log_says_it_serves_is_ready(tmp_path: Path) -> None:
 
 
 def test_an_answer_on_the_port_before_the_log_says_so_is_not_the_servers(tmp_path: Path) -> None:
-    stub = LocalServer(Healthy)
-    port = int(stub.url.rsplit(":", 1)[1])
-    server = stand_in(tmp_path, port, NEVER_BINDS)
-    try:
-        with pytest.raises(RuntimeError, match=f"/health on port {port} answered, but the log never said vLLM serves"):
-            server.start(timeout=3)
-        assert not server.alive(), "the start that failed left its process running"
-    finally:
-        server.stop()
-        stub.close()
+    with another_server() as port:
+        server = stand_in(tmp_path, port, NEVER_BINDS)
+        try:
+            with pytest.raises(
+                RuntimeError, match=f"/health on port {port} answered, but the log never said vLLM serves"
+            ):
+                server.start(timeout=3)
+            assert not server.alive(), "the start that failed left its process running"
+        finally:
+            server.stop()
 
 
 def test_an_earlier_starts_line_does_not_count(tmp_path: Path) -> None:
     """The log is appended to: the line of a start before this one (a restart on the same log) says nothing."""
-    stub = LocalServer(Healthy)
-    port = int(stub.url.rsplit(":", 1)[1])
-    server = stand_in(tmp_path, port, NEVER_BINDS)
-    server.log_path.write_text(
-        f"(APIServer pid=1) INFO 12-06 09:15:25 [entry.py:140] Starting vLLM server on http://127.0.0.1:{port}\n"
-    )
-    try:
-        with pytest.raises(RuntimeError, match="another process holds the port"):
-            server.start(timeout=3)
-    finally:
-        server.stop()
-        stub.close()
+    with another_server() as port:
+        server = stand_in(tmp_path, port, NEVER_BINDS)
+        server.log_path.write_text(serving_line(port))
+        try:
+            with pytest.raises(RuntimeError, match="another process holds the port"):
+                server.start(timeout=3)
+        finally:
+            server.stop()
