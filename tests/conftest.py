@@ -17,14 +17,20 @@ from prometheus_client import CollectorRegistry
 from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
 from vllm_rocm_stack.proxy import SwitchableProxy
 
-from tests.support import tiers
+from tests.support import crowd, tiers
 from tests.support.canary import CFG, CanaryTiming
 from tests.support.images import build_images, start_node_preimport, wait_node_preimport
 from tests.support.vllm_server import BAD_MODEL, GOOD_MODEL, VLLM_PYTHON, VllmServer, free_port
 
-# The tiers' hooks: every test gets its tier (`unit` when unmarked), each checked before its fixtures start.
-pytest_collection_modifyitems = tiers.pytest_collection_modifyitems
+# The tiers' hooks: every test gets its tier (`unit` when unmarked), each checked before its fixtures start. The
+# modules that hold the crowd of vLLM engines and need no cluster go first (tests/support/crowd.py).
 pytest_runtest_setup = tiers.pytest_runtest_setup
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tiers.pytest_collection_modifyitems(items)
+    crowd.run_first(items)
 
 
 def _start(model: Path, name: str, tmp: Path) -> VllmServer:

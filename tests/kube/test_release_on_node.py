@@ -57,7 +57,7 @@ BAD = f"/models/{SERVED}-perturbed"
 START_TIMEOUT = 900
 # Greedy completions this long tell the perturbed model from the right one (it often still gets a short sum right).
 MAX_TOKENS = 16
-pytestmark = [pytest.mark.system, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.system, pytest.mark.crowd, pytest.mark.timeout(3600)]
 
 
 def helm(

@@ -29,7 +29,7 @@ from vllm_rocm_stack.vllm_server import KV_CACHE_BYTES, VLLM_PYTHON
 from tests.support import tiers
 from tests.support.crowd import crowd
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.crowd]
 
 GOOD = WORK / "models" / "smollm2-135m-instruct"
 MODES = "NONE,FULL,PIECEWISE,FULL_DECODE_ONLY"

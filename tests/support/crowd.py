@@ -5,10 +5,12 @@ keep three running throughout (the shared good and perturbed servers, the system
 start several more at once: qualify's live runs (four servers side by side) and the node tests (two pods during a
 rollout, a qualification Job beside the serving pod). Both at once went past the 24 GB of the 2-core machine: the
 kernel reclaimed until the API server's watches broke and every node test errored (fresh-clone run, 2026-12-05). So
-each of those modules holds this lock while it runs; the other waits, and says so. With the node tests in a session
-of their own (`make test`'s cluster session) the two may meet: in run 33 qualify's live runs waited 928 s for the node
-tests. Running them first in their session instead (run 34) put their four servers beside the image builds and the
-compose test, and the run took longer; whichever comes first keeps the lock."""
+each of those modules holds this lock while it runs; the other waits, and says so.
+
+Such a module carries the `crowd` marker. One that needs no cluster runs first in its session (`run_first`): the node
+tests can start only once the Kubernetes build and the images are ready, so qualify's live runs are over by then
+instead of waiting ~13 min for the node tests to end (run 33: they waited, and the integration session's last ~15 min
+followed them)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,11 @@ from tests.support.terminal import say
 LOCK = WORK / "tmp" / "vllm-crowd.lock"
 # The longer module holds it ~15 min on the busy machine; this only ends a wait on a lock that is never released.
 TIMEOUT = 3600.0
+
+
+def run_first(items: list[pytest.Item]) -> None:
+    """Move the tests marked `crowd` that use no cluster (marker `cluster`) to the front, in their order."""
+    items[:] = sorted(items, key=lambda i: not (i.get_closest_marker("crowd") and not i.get_closest_marker("cluster")))
 
 
 @contextmanager
