@@ -7,10 +7,12 @@ rollout, a qualification Job beside the serving pod). Both at once went past the
 kernel reclaimed until the API server's watches broke and every node test errored (fresh-clone run, 2026-12-05). So
 each of those modules holds this lock while it runs; the other waits, and says so.
 
-Such a module carries the `crowd` marker. One that needs no cluster runs first in its session (`run_first`): the node
-tests can start only once the Kubernetes build and the images are ready, so qualify's live runs are over by then
-instead of waiting ~13 min for the node tests to end (run 33: they waited, and the integration session's last ~15 min
-followed them)."""
+Such a module carries the `crowd` marker. One that needs no cluster runs first in its session (`run_first`). On a
+fresh machine the node tests can start only once the Kubernetes build and the images are ready, so qualify's live runs
+are over by then; in run 33, without the ordering, they waited 928 s for the node tests and the integration session's
+last ~15 min followed them (run 34, with it: the same 53.7 min; the cold run is bound by its CPU). Warm, the node tests
+start at once: qualify's ~6 min then come before their ~15, instead of after them with the rest of the integration
+session behind (a warm run of 5e57c39, without the ordering, had qualify's live runs wait for them too)."""
 
 from __future__ import annotations
 
