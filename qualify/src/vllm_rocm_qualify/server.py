@@ -45,7 +45,7 @@ class ModeServer:
         self.label = label
         self.base_url = base_url
         self.port = urllib.parse.urlsplit(base_url).port
-        self.foreign = False  # /health answered before the server's log said it serves on our port
+        self.foreign = False  # /health answered before the server's log said it serves
         self.log_path = log_path
         log_path.unlink(missing_ok=True)  # one run per file: the parser must see one server's start only
         self.process = ManagedProcess(f"vLLM {label}", argv, log_path, env=env)
@@ -82,14 +82,15 @@ class ModeServer:
         return bool(self.log.serving_on)
 
     def wait_ready(self, timeout: float) -> None:
-        """Follow the log until /health answers and the log says the server serves on its port; StartFailed when
-        the process exits or `timeout` passes."""
+        """Follow the log until /health answers and the log says the server serves; StartFailed when the process
+        exits or `timeout` passes."""
         while True:
             self.log.poll()
             if not self.process.alive():
                 self.log.finish()
-                why = why_it_failed(self.process.log_tail(60))
-                if PORT_TAKEN in self.process.log_tail(60):
+                tail = self.process.log_tail(60)
+                why = why_it_failed(tail)
+                if PORT_TAKEN in tail:
                     why = f"port {self.port} was taken by another process before the server bound it ({why})"
                 raise StartFailed(f"exited with code {self.process.returncode()} before ready: {why}")
             if self._health():
