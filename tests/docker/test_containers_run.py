@@ -231,8 +231,10 @@ def test_sidecar_lines_gate_readiness_on_a_canary_pass(docker: dict, podman: Pod
         state = podman.inspect("vllm")["State"]
         return "" if state["Running"] else f"{state}\n{podman('logs', 'vllm', check=False).stdout[-3000:]}"
 
-    wait_healthy(docker["ports"]["8000"], vllm_alive, "the vLLM container")
-    # The reference, recorded from this server as the README says (the canary's defaults).
+    took = wait_healthy(docker["ports"]["8000"], vllm_alive, "the vLLM container")
+    # The reference, recorded from this server as the README says (the canary's defaults), but for the timeout: a
+    # request of a shape the server has not compiled yet compiles it first, which on a loaded machine takes as long
+    # as the start did (the default 60 s ran out beside the node tests, warm run of f16c2f7), as in the compose test.
     t0 = time.monotonic()
     r = subprocess.run(
         [
@@ -245,6 +247,8 @@ def test_sidecar_lines_gate_readiness_on_a_canary_pass(docker: dict, podman: Pod
             "baseline.json",
             "--vllm-url",
             f"http://127.0.0.1:{docker['ports']['8000']}",
+            "--timeout",
+            str(max(120.0, 2 * took)),
         ],
         cwd=docker["cwd"],
         capture_output=True,
