@@ -24,6 +24,7 @@ import pytest
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.images.podman import Podman
 
+from tests.support import threads
 from tests.support.http import get
 from tests.support.images import CPU_TARGET
 from tests.support.vllm_server import free_port
@@ -232,6 +233,10 @@ def test_sidecar_lines_gate_readiness_on_a_canary_pass(docker: dict, podman: Pod
         return "" if state["Running"] else f"{state}\n{podman('logs', 'vllm', check=False).stdout[-3000:]}"
 
     took = wait_healthy(docker["ports"]["8000"], vllm_alive, "the vLLM container")
+    # The stand-in image's threads (vllm_server.CPU_ENV): no thread of the container's vLLM is bound to one core.
+    pid = podman.inspect("vllm")["State"]["Pid"]
+    assert any(t.process == "VLLM::Worker" for t in threads.threads(pid)), threads.tree(pid)
+    assert not threads.bound(pid), threads.bound(pid)
     # The reference, recorded from this server as the README says (the canary's defaults), but for the timeout: a
     # request of a shape the server has not compiled yet compiles it first, which on a loaded machine takes as long
     # as the start did (the default 60 s ran out beside the node tests, warm run of f16c2f7), as in the compose test.

@@ -24,7 +24,7 @@ from vllm_rocm_health.canary.baseline import Baseline
 from vllm_rocm_qualify.client import Output
 from vllm_rocm_qualify.compare import compare_one
 from vllm_rocm_stack.config import WORK
-from vllm_rocm_stack.vllm_server import KV_CACHE_BYTES, VLLM_PYTHON
+from vllm_rocm_stack.vllm_server import CPU_ENV, KV_CACHE_BYTES, VLLM_PYTHON
 
 from tests.support import tiers
 from tests.support.crowd import crowd
@@ -33,18 +33,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.crowd]
 
 GOOD = WORK / "models" / "smollm2-135m-instruct"
 MODES = "NONE,FULL,PIECEWISE,FULL_DECODE_ONLY"
-# Servers side by side on this 2-core machine: one OpenMP thread each, scheduled by the kernel. vLLM 0.32.0's CPU
-# build would otherwise bind every server's threads to the same core (VLLM_CPU_OMP_THREADS_BIND=auto,
-# utils/ompmultiprocessing.py). Both runs use the same, so that their answers are computed alike.
-SMALL = [
-    "--quick",
-    "--startup-timeout",
-    "600",
-    "--env",
-    "VLLM_CPU_OMP_THREADS_BIND=nobind",
-    "--env",
-    "OMP_NUM_THREADS=1",
-]
+# Servers side by side on this 2-core machine: one OpenMP thread each, scheduled by the kernel (vllm_server.CPU_ENV
+# says why), passed as qualify's --env. Both runs use the same, so that their answers are computed alike.
+SMALL = ["--quick", "--startup-timeout", "600", *(a for k, v in CPU_ENV.items() for a in ("--env", f"{k}={v}"))]
 
 
 def command(wrong: str, missing: str) -> str:

