@@ -1,5 +1,5 @@
 """Where a process tree's threads may run: the CPU affinity of every thread of a process and its descendants, read
-from /proc (a container's processes too: podman's show in the host's /proc under the pid `inspect` gives)."""
+from /proc. A container's processes are there too, under the host pid that `podman inspect` gives (State.Pid)."""
 
 from __future__ import annotations
 
