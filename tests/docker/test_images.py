@@ -126,13 +126,7 @@ def run_in(
 ) -> subprocess.CompletedProcess:
     """Run `command` in a container of `image` as the image's user (chroot isolation)."""
     with buildah.container(image) as ctr:
-        return subprocess.run(
-            buildah.run_argv(ctr, command, env=env, volumes=volumes or []),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=buildah.env,
-        )
+        return buildah.run(ctr, command, env=env, volumes=volumes or [])
 
 
 def record_hash(data: bytes) -> str:
@@ -361,13 +355,7 @@ def test_vllm_entrypoint_runs_the_releases_vllm_and_tees_the_log(vllm_image: dic
     (ROCm's PyTorch is what the real base adds); that it got there is the point."""
     cfg = buildah.config(vllm_image["image"])
     with buildah.container(vllm_image["image"]) as ctr:
-        res = subprocess.run(
-            buildah.run_argv(ctr, [*cfg["Entrypoint"], "--help"], env={"VLLM_LOG_FILE": "/var/log/vllm/vllm.log"}),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=buildah.env,
-        )
+        res = buildah.run(ctr, [*cfg["Entrypoint"], "--help"], env={"VLLM_LOG_FILE": "/var/log/vllm/vllm.log"})
         mnt = Path(buildah("mount", ctr).stdout.strip())
         try:
             log = (mnt / "var/log/vllm/vllm.log").read_text()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from vllm_rocm_qualify.processes import ManagedProcess, wait_until
-from vllm_rocm_stack.images.buildah import Buildah, container_main_pid
+from vllm_rocm_stack.images.buildah import TRIES, Buildah, container_main_pid, transient
 from vllm_rocm_stack.proxy import SwitchableProxy
 from vllm_rocm_stack.sidecar_process import free_port, get
 from vllm_rocm_stack.vllm_server import VllmServer
@@ -47,8 +47,16 @@ class SidecarContainer:
         self.process.start()
 
     def wait_started(self) -> None:
+        tries = 1
+
         def up() -> bool:
+            nonlocal tries
             if not self.process.alive():
+                # buildah stopped before it ran the sidecar (vllm_rocm_stack.images.buildah.TRANSIENT): start it again.
+                if transient(self.process.returncode(), self.process.log_tail(5)) and tries < TRIES:
+                    tries += 1
+                    self.process.start()
+                    return False
                 raise AssertionError(
                     f"the sidecar container exited {self.process.returncode()}:\n{self.process.log_tail(40)}"
                 )

@@ -37,6 +37,17 @@ _FAILED_STEP = re.compile(r'^Error: building at STEP "(?P<step>.*)": (?P<reason>
 # Otherwise (a FROM that cannot be pulled, say) the last step started and the last error line say it.
 _STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: (.*)$", re.M)
 _ERROR = re.compile(r"^Error: (.*)$", re.M)
+# buildah re-executes itself from a sealed memfd copy before it unshares for a chroot run (containers/storage,
+# pkg/unshare/unshare.c, copy_self_proc_exe, vendored in buildah 1.28.2). The kernel refuses F_SEAL_WRITE with EBUSY
+# while a page of the copy is still pinned, and buildah exits 1 before the command in the container ran (a warm
+# `make test`, 2026-12-05: `buildah run` of `sh -c ...`). Nothing ran, so the whole invocation is run again.
+TRANSIENT = "sealing memfd copy: Device or resource busy"
+TRIES = 3
+
+
+def transient(returncode: int | None, output: str) -> bool:
+    """Whether a buildah that ended with `returncode` and printed `output` stopped as TRANSIENT: worth running again."""
+    return returncode != 0 and TRANSIENT in output
 
 
 class BuildahError(RuntimeError):
@@ -152,19 +163,26 @@ class Buildah:
     def __call__(
         self, *args: str, timeout: float = 600, check: bool = True, stdin: bytes | None = None
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            self.argv(*args),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=self.env,
-            input=stdin.decode() if stdin is not None else None,
-        )
+        proc = self._run(args, timeout, stdin.decode() if stdin is not None else None)
         if check and proc.returncode != 0:
             raise BuildahError(
                 f"buildah {' '.join(args[:3])} ... failed ({proc.returncode}):\n{tail(proc.stdout + proc.stderr)}"
             )
         return proc
+
+    def _run(self, args: Sequence[str], timeout: float, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """`buildah *args`, run again (TRIES in all) while it fails with TRANSIENT, before anything it was asked ran."""
+        attempt = 1
+        while True:
+            proc = subprocess.run(
+                self.argv(*args), capture_output=True, text=True, timeout=timeout, env=self.env, input=stdin
+            )
+            if not transient(proc.returncode, proc.stderr) or attempt >= TRIES:
+                return proc
+            attempt += 1
+            log.warning(
+                "buildah %s stopped before it ran anything (%s): try %d of %d", args[0], TRANSIENT, attempt, TRIES
+            )
 
     # --- images ---------------------------------------------------------------------------------------------
     def exists(self, ref: str) -> bool:
@@ -256,15 +274,28 @@ class Buildah:
         argv += ["--iidfile", str(iidfile), str(context)]
         log.info("buildah bud -f %s (log: %s)", dockerfile, log_path)
         with open(log_path, "w", encoding="utf-8") as out:
-            out.write("$ " + " ".join(self.argv(*argv)) + "\n")
-            out.flush()
-            try:
-                rc = subprocess.run(
-                    self.argv(*argv), stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=timeout
-                ).returncode
-            except subprocess.TimeoutExpired:
-                rc = -1
-                out.write(f"\nbuild stopped: no result within {timeout:.0f} s\n")
+            for attempt in range(1, TRIES + 1):
+                out.write("$ " + " ".join(self.argv(*argv)) + "\n")
+                out.flush()
+                start = log_path.stat().st_size
+                try:
+                    rc = subprocess.run(
+                        self.argv(*argv), stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=timeout
+                    ).returncode
+                except subprocess.TimeoutExpired:
+                    rc = -1
+                    out.write(f"\nbuild stopped: no result within {timeout:.0f} s\n")
+                out.flush()
+                # A RUN step that failed as TRANSIENT ran nothing: build again (the steps before come from --layers).
+                with open(log_path, "rb") as again:
+                    again.seek(start)
+                    this = again.read().decode(errors="replace")
+                if not transient(rc, this) or attempt == TRIES:
+                    break
+                out.write(f"\n{TRANSIENT}: building again, try {attempt + 1} of {TRIES}\n")
+                log.warning(
+                    "buildah bud -f %s: %s; building again (try %d of %d)", dockerfile, TRANSIENT, attempt + 1, TRIES
+                )
         text = log_path.read_text(encoding="utf-8", errors="replace")
         if rc != 0 or not iidfile.is_file():
             failed, started, errors = (list(r.finditer(text)) for r in (_FAILED_STEP, _STEP, _ERROR))
@@ -328,12 +359,63 @@ class Buildah:
         self, container: str, command: Sequence[str], env: Mapping[str, str] | None = None, volumes: Sequence[str] = ()
     ) -> list[str]:
         """argv of `buildah run` (chroot isolation, the host's network) for a process the caller manages."""
-        argv = ["run", "--isolation", "chroot"]
-        for k, v in (env or {}).items():
-            argv += ["--env", f"{k}={v}"]
-        for v in volumes:
-            argv += ["--volume", v]
-        return self.argv(*argv, container, "--", *command)
+        return self.argv(*_run_args(container, command, env, volumes))
+
+    def run(
+        self,
+        container: str,
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        volumes: Sequence[str] = (),
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        """`buildah run` of a command that ends by itself: its exit status and output.
+
+        The output comes back through files on a bind-mounted host directory, not buildah's stdio relay: a
+        `buildah run` of `sh -c 'dirname ...'` once returned 0 with nothing on either stream (a fresh clone under
+        load, 2026-12-06; 120 more runs of it beside a CPU hog did not repeat it). A marker the container's shell
+        writes before it execs the command tells "buildah never started it" (run again, as for TRANSIENT: nothing
+        ran) from "it printed nothing". Needs /bin/sh in the image."""
+        for attempt in range(1, TRIES + 1):
+            with tempfile.TemporaryDirectory(dir=self.tmp, prefix="run-") as tmp:
+                io = Path(tmp)
+                io.chmod(0o777)  # the image's user may be anyone
+                for name in ("stdout", "stderr"):
+                    (io / name).touch()
+                    (io / name).chmod(0o666)
+                wrapped = ["/bin/sh", "-c", _RUN_WRAPPER, "sh", *command]
+                proc = self._run(_run_args(container, wrapped, env, [*volumes, f"{io}:{_RUN_IO}"]), timeout)
+                started = (io / "started").exists()
+                stdout, stderr = (
+                    (io / "stdout").read_text(errors="replace"),
+                    (io / "stderr").read_text(errors="replace"),
+                )
+            if started or proc.returncode != 0:
+                # buildah's own messages (a failure to set the container up) follow the command's.
+                return subprocess.CompletedProcess(
+                    proc.args, proc.returncode, stdout, stderr + proc.stdout + proc.stderr
+                )
+            if attempt < TRIES:
+                log.warning("buildah run returned 0 without starting %s: try %d of %d", command[0], attempt + 1, TRIES)
+        raise BuildahError(
+            f"buildah run returned 0 {TRIES} times without starting {list(command)}:\n{tail(proc.stderr)}"
+        )
+
+
+# Where Buildah.run's container finds the host directory its output goes to, and the shell that writes it.
+_RUN_IO = "/.vllm-rocm-run"
+_RUN_WRAPPER = f': > {_RUN_IO}/started && exec "$@" > {_RUN_IO}/stdout 2> {_RUN_IO}/stderr'
+
+
+def _run_args(
+    container: str, command: Sequence[str], env: Mapping[str, str] | None, volumes: Sequence[str]
+) -> list[str]:
+    args = ["run", "--isolation", "chroot"]
+    for k, v in (env or {}).items():
+        args += ["--env", f"{k}={v}"]
+    for v in volumes:
+        args += ["--volume", v]
+    return [*args, container, "--", *command]
 
 
 def ca_volumes() -> list[str]:
