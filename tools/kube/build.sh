@@ -102,6 +102,10 @@ mkdir -p "$BIN" "$CRDS" "$GO_CACHE"
 export GOMODCACHE=$GO_CACHE/mod GOCACHE=$GO_CACHE/build
 # -modcacherw: a module cache `rm -rf` can remove; -mod=readonly: go.mod/go.sum are the pins, never rewritten.
 export GOFLAGS="-buildvcs=false -modcacherw -mod=readonly" GOTOOLCHAIN=local CGO_ENABLED=0
+# The compiler collects its garbage a quarter as often: kube-apiserver from an empty build cache took 376 and 411
+# CPU-s with GOGC=400 against 410, 491 and 443 at the default, 7-8% less in each pair run back to back (idle 2-core
+# machine, 2026-12-06), its largest compile 1.6 GB against 1.5.
+export GOGC=400
 export GOPROXY=${GOPROXY:-https://proxy.golang.org} GOSUMDB=${GOSUMDB:-sum.golang.org}
 # The linker drops debug information (-ldflags -s -w), so the compiler need not make it for any package.
 NO_DWARF="all=-dwarf=false"
