@@ -5,29 +5,53 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from pathlib import Path
 
 from vllm_rocm_health.logsource import follow_file, retrying
 
 
 class Follower:
+    """Runs `follow_file` in a thread. Tests wait on what the follower did (its loop passes, its up/down
+    reports), never on a clock: on a busy machine its thread may not run for seconds."""
+
     def __init__(self, path: Path, from_start: bool = True) -> None:
         self.stop = threading.Event()
         self.q: queue.Queue[str] = queue.Queue()
         self.up: list[bool] = []
-        gen = follow_file(
-            str(path), self.stop, poll=0.02, from_start=from_start, on_up=lambda up, _why: self.up.append(up)
-        )
+        self.passes = 0
+        self.changed = threading.Condition()
+        gen = follow_file(str(path), self.stop, poll=0.02, from_start=from_start, on_up=self._on_up, beat=self._beat)
         self.t = threading.Thread(target=lambda: [self.q.put(x) for x in gen], daemon=True)
         self.t.start()
 
-    def take(self, n: int, timeout: float = 3.0) -> list[str]:
+    def _on_up(self, up: bool, _why: str) -> None:
+        with self.changed:
+            self.up.append(up)
+            self.changed.notify_all()
+
+    def _beat(self) -> None:
+        with self.changed:
+            self.passes += 1
+            self.changed.notify_all()
+
+    def wait_up(self, up: bool, timeout: float = 60) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.up and self.up[-1] is up, timeout), self.up
+
+    def settle(self, timeout: float = 60) -> None:
+        """Returns once a whole pass of the follower's loop began after this call: everything written before
+        it has been seen (read, or found truncated or replaced)."""
+        with self.changed:
+            want = self.passes + 2
+            assert self.changed.wait_for(lambda: self.passes >= want, timeout), "the follower stopped"
+
+    def take(self, n: int, timeout: float = 60) -> list[str]:
         return [self.q.get(timeout=timeout) for _ in range(n)]
 
     def close(self) -> None:
         self.stop.set()
-        self.t.join(2)
+        self.t.join(10)
+        assert not self.t.is_alive(), "the follower did not stop"
 
 
 def _append(path: Path, text: str) -> None:
@@ -40,13 +64,13 @@ def test_from_end_partial_line_truncation_rotation(tmp_path: Path) -> None:
     log.write_text("old line\n")
     fol = Follower(log, from_start=False)
     try:
-        time.sleep(0.1)
+        fol.wait_up(True)  # opened, at its end
         _append(log, "first\nsec")  # the partial `sec` is held back until its newline
         assert fol.take(1) == ["first"]
         _append(log, "ond\n")
         assert fol.take(1) == ["second"]
         log.write_text("")  # truncation (copytruncate)
-        time.sleep(0.1)
+        fol.settle()  # seen before the next write makes the file longer than the old offset
         _append(log, "after truncate\n")
         assert fol.take(1) == ["after truncate"]
         os.rename(log, tmp_path / "vllm.log.1")  # rotation: a new file under the same name
@@ -67,11 +91,11 @@ def test_a_write_that_splits_a_character_is_not_a_truncation(tmp_path: Path) -> 
     fol = Follower(log)
     try:
         assert fol.take(1) == ["engine line"]
-        time.sleep(0.2)  # the follower polls at EOF with half a character buffered
+        fol.settle()  # the follower polls at EOF with half a character buffered
         with open(log, "ab") as f:
             f.write(bar[cut:] + b"next\n")
         assert fol.take(2) == [bar.decode().rstrip("\n"), "next"]
-        time.sleep(0.2)
+        fol.settle()
         assert fol.q.empty(), "lines were read twice"
     finally:
         fol.close()
@@ -81,8 +105,7 @@ def test_waits_for_the_file_to_appear(tmp_path: Path) -> None:
     log = tmp_path / "late.log"
     fol = Follower(log)
     try:
-        time.sleep(0.1)
-        assert fol.up and fol.up[-1] is False  # reported down while the file is missing
+        fol.wait_up(False)  # reported down while the file is missing
         log.write_text("hello\n")
         assert fol.take(1) == ["hello"]
         assert fol.up[-1] is True
