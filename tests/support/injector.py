@@ -135,21 +135,33 @@ class AnswererServer(LocalServer):
 
 class FailureInjectingVllmHealth(LocalServer):
     """Failure-injection double for vLLM's /health only (a real server cannot be told to return 500 or hang): every
-    GET is answered `status` after `delay` seconds."""
+    GET is answered `status` after `delay` seconds. `requests` counts the GETs begun, so that a test can wait for the
+    client to have asked again rather than for a time."""
 
     def __init__(self) -> None:
         self.status = 200
         self.delay = 0.0
+        self.requests = 0
+        self._asked = threading.Condition()
         outer = self
 
         class H(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server API
+                with outer._asked:  # counted before `delay` is read: a GET counted after a change sees it
+                    outer.requests += 1
+                    outer._asked.notify_all()
                 time.sleep(outer.delay)
                 self.send_response(outer.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
         super().__init__(H, name="health")
+
+    def wait_requests(self, n: int, timeout: float = 60) -> None:
+        """Until `n` more GETs than now have begun."""
+        with self._asked:
+            want = self.requests + n
+            assert self._asked.wait_for(lambda: self.requests >= want, timeout), f"{self.requests} of {want} GETs"
 
 
 def right_answers(seed: int, n: int) -> list[int]:
