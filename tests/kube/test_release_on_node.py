@@ -468,10 +468,14 @@ def test_sidecar_follows_vllm_log_through_the_api(cluster: NodeCluster, serving:
     )
 
 
-def sidecar_probe_pod(cluster: NodeCluster, name: str, account: str, target: str) -> str:
+def sidecar_probe_pod(
+    cluster: NodeCluster, name: str, account: str, target: str, refused: str | None = None
+) -> tuple[str, bool]:
     """A pod running only the chart's sidecar container, as `account`, told (POD_NAME) to follow `target`'s vLLM log:
-    what the sidecar can do with that account's grants, without starting another vLLM. Returns its log once it has
-    tried (its /readyz answered, or it exited)."""
+    what the sidecar can do with that account's grants, without starting another vLLM. Returns its log and /readyz
+    once the text `refused` shows in them (refused None: once its metrics count a line of `target`'s log read), and
+    whether it did; else when the pod ended or after 120 s. Asked until then, not once after a pause: the sidecar's
+    first calls come whenever its threads get to run."""
     rendered = helm(cluster, "get", "manifest", RELEASE, "-n", NS).stdout
     deployment = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")
     template = deployment["spec"]["template"]
@@ -493,25 +497,31 @@ def sidecar_probe_pod(cluster: NodeCluster, name: str, account: str, target: str
     cluster.apply([pod], NS)
     deadline = time.monotonic() + 120
     pods = Pods(cluster)
-    while time.monotonic() < deadline:
+    out, done = "", False
+    while not done and time.monotonic() < deadline:
         p = cluster.get("pod", "-n", NS, name)
-        if p["status"].get("phase") in ("Failed", "Succeeded"):
+        ended = p["status"].get("phase") in ("Failed", "Succeeded")
+        up = bool(p["status"].get("podIP")) and not ended
+        out = cluster.kubectl("logs", "-n", NS, name, check=False).stdout
+        out += "\n/readyz: " + (pods.readyz(p) if up else "")
+        if refused is not None:
+            done = refused in out
+        else:
+            done = up and pods.metrics(p).get("vllm_sidecar_log_lines_total", 0) > 0
+        if ended:
             break
-        if p["status"].get("podIP") and "ready" in pods.readyz(p):
-            time.sleep(3)  # the log source's first attempt
-            break
-        time.sleep(0.5)
-    logs = cluster.kubectl("logs", "-n", NS, name, check=False).stdout
-    readyz = pods.readyz(cluster.get("pod", "-n", NS, name))
+        if not done:
+            time.sleep(1)
     cluster.kubectl("delete", "pod", "-n", NS, name, "--grace-period=0", "--force", "--wait=false", check=False)
-    return logs + "\n/readyz: " + readyz
+    return out, done
 
 
 def test_each_rule_of_the_chart_rbac_is_needed(cluster: NodeCluster, serving: Serving) -> None:
     """With the chart's ServiceAccount the sidecar reads the server's log; with an account bound to the chart's Role
     minus one rule, or to nothing, it fails, and says so in its log and /readyz."""
     target = serving.pod
-    ok = sidecar_probe_pod(cluster, "rbac-chart", FULLNAME, target)
+    ok, read = sidecar_probe_pod(cluster, "rbac-chart", FULLNAME, target)
+    assert read, f"with the chart's account the sidecar read no line of {target}'s log:\n{ok[-3000:]}"
     assert "403" not in ok and "Forbidden" not in ok, ok[-3000:]
     role = next(
         d
@@ -541,11 +551,12 @@ def test_each_rule_of_the_chart_rbac_is_needed(cluster: NodeCluster, serving: Se
             ],  # fmt: skip
             NS,
         )
-        out = sidecar_probe_pod(cluster, f"rbac-minus-{i}", account, target)
-        failures[json.dumps(rule)] = out
         # The first call the sidecar makes without the grant, named as the API server names it.
         verb, resource = (rule["verbs"][0], rule["resources"][0]) if rule else ("get", "pods")
-        assert f'cannot {verb} resource "{resource}"' in out, f"without {rule} no visible failure:\n{out[-3000:]}"
+        refused = f'cannot {verb} resource "{resource}"'
+        out, seen = sidecar_probe_pod(cluster, f"rbac-minus-{i}", account, target, refused)
+        failures[json.dumps(rule)] = out
+        assert seen, f"without {rule} no visible failure:\n{out[-3000:]}"
     for rule_text, out in failures.items():
         print(f"\nwithout {rule_text}: {[ln for ln in out.splitlines() if 'HTTP 403' in ln][:1]}")
 
