@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import tomllib
 from vllm_rocm_stack.images import bake
-from vllm_rocm_stack.images.build import Builder, base_arg_names, store_lock
+from vllm_rocm_stack.images.build import Builder, base_arg_names, store_lock, suite_targets
 from vllm_rocm_stack.images.buildah import Buildah, BuildFailed
 
 from tests.support import product_wheel
@@ -221,6 +221,12 @@ def test_vllm_labels_say_what_the_build_did(vllm_image: dict, vllm_files: dict, 
     unchecked = sorted(k for k in have if k.startswith(CHECKED_PREFIXES) and k not in truth.keys() | CONSTANT_LABELS)
     assert unchecked == [], f"labels without a truth check in {__file__}: {unchecked}"
     assert truth["org.opencontainers.image.revision"], "REVISION (the git commit) reaches the label"
+
+
+def test_the_stand_ins_made_ahead_are_the_builds_own(built_images: dict, buildah: Buildah) -> None:
+    """`images standins` (make test runs it beside the vLLM CPU setup) asks for the stand-ins the suite's build used,
+    by the same keys: after that build it finds every one and makes none."""
+    assert Builder(buildah, bases="stand-in").prepare_standins(suite_targets()) == {}
 
 
 def test_vllm_image_is_built_on_its_base(vllm_image: dict, buildah: Buildah) -> None:

@@ -146,6 +146,35 @@ def test_a_failed_vllm_setup_stops_the_build(fake: Path, monkeypatch: pytest.Mon
     assert not (fake / "work" / "tmp" / "pytest-pytest.log").exists()  # no tests started
 
 
+def split_run(fake: Path, monkeypatch: pytest.MonkeyPatch, standins_rc: int) -> int:
+    """A whole `make test` (no pytest arguments) whose sessions pass at once, with the vLLM setup waiting until the
+    stand-in bases are being made (at most 60 s): it passes only if they are made beside it, not after it."""
+    monkeypatch.setattr(testrun, "KUBE_BUILD", build_script(fake, 0))
+    started = fake / "standins-started"
+    wait = f"for _ in $(seq 1200); do [ -e {started} ] && exit 0; sleep 0.05; done; exit 1\n"
+    monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", wait))
+    monkeypatch.setattr(testrun, "IMAGES_SETUP", script(fake / "standins.sh", f"touch {started}\nexit {standins_rc}\n"))
+    monkeypatch.setattr(testrun, "pytest_part", lambda name, _args: testrun.Part(name, ["true"], fake / f"{name}.log"))
+    return testrun.run(None)
+
+
+def test_the_stand_in_bases_are_made_beside_the_vllm_setup(
+    fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert split_run(fake, monkeypatch, 0) == 0
+    out, err = capsys.readouterr()
+    assert "[setup-images] exit 0" in out and "stand-in bases ahead" not in err
+
+
+def test_stand_in_bases_that_failed_ahead_are_said_not_the_verdict(
+    fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a cache: the system session's build makes them again or fails saying why."""
+    assert split_run(fake, monkeypatch, 3) == 0
+    err = capsys.readouterr().err
+    assert "making the stand-in bases ahead failed (3;" in err and "setup-images.log" in err, err
+
+
 def test_wait_for_build_times_out_with_a_reason(fake: Path) -> None:
     import fcntl
 

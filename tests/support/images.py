@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 from vllm_rocm_stack import cpu_wheelhouse, kube_build
 from vllm_rocm_stack.config import WORK
-from vllm_rocm_stack.generate import gen_bake
-from vllm_rocm_stack.images.build import default_targets
-from vllm_rocm_stack.images.standin import cpu_build_needs, cpu_release
+from vllm_rocm_stack.images.build import cpu_target, patched_target, suite_targets
+from vllm_rocm_stack.images.standin import cpu_build_needs
 
 from tests.support import kube_node, linked_import
 from tests.support.terminal import say
@@ -31,18 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 # cores, plus ~5 min for the CPU stand-in (its 6.6 GB layer's commit is most of it); this only stops a hung build.
 BUILD_TIMEOUT = 2400
 # The vLLM image of the release `make run` serves, built on a stand-in base that serves it on CPU.
-CPU_TARGET = "vllm-rocm-" + cpu_release().replace(".", "_")
-
-
-def _patched_target() -> str:
-    """The newest prebuilt release whose series applies patches: the image whose build patches, verifies and labels
-    (the default release's series may have nothing to apply)."""
-    _default, specs = gen_bake().load_matrix()
-    spec = [s for s in specs if s.build == "prebuilt" and s.patch_level > 0][-1]
-    return spec.target
-
-
-PATCHED_TARGET = _patched_target()
+CPU_TARGET = cpu_target()
+PATCHED_TARGET = patched_target()
 # The lines of a failed build's log that say why, best first: the disk running out, buildah's or pip's error, a
 # command that failed.
 _REASONS = (re.compile(r"[Nn]o space left"), re.compile(r"(^Error: |\berror: )"), re.compile(r"\bfailed \(\d+\)"))
@@ -93,7 +82,7 @@ def build_images(out: Path, config: pytest.Config | None = None) -> dict:
     current build uses are removed after it). The manifest says what was built from what; a failed build fails every
     test that needs it, with the failing step and the log's tail."""
     manifest, log = out / "manifest.json", out / "build.log"
-    targets = list(dict.fromkeys([*default_targets(), CPU_TARGET, PATCHED_TARGET]))
+    targets = suite_targets()
     _make_room_for_the_serving_stand_in(config)
     argv = [sys.executable, "-m", "vllm_rocm_stack.images", "build", "--bases", "stand-in", "--manifest", str(manifest)]
     with open(log, "w") as fh:

@@ -71,6 +71,28 @@ def default_targets() -> list[str]:
     return ["vllm-rocm-" + releases.load().default.replace(".", "_"), "vllm-rocm-health"]
 
 
+def cpu_target() -> str:
+    """The vLLM image of the release the CPU build serves (`make run`'s), built on the serving stand-in."""
+    from .standin import cpu_release
+
+    return "vllm-rocm-" + cpu_release().replace(".", "_")
+
+
+def patched_target() -> str:
+    """The newest prebuilt release whose series applies patches: the image whose build patches, verifies and labels
+    (the default release's series may have nothing to apply)."""
+    from ..generate import gen_bake
+
+    _default, specs = gen_bake().load_matrix()
+    return [s for s in specs if s.build == "prebuilt" and s.patch_level > 0][-1].target
+
+
+def suite_targets() -> list[str]:
+    """What the test suite builds, in one build (tests/support/images.py): the default targets, cpu_target() and
+    patched_target()."""
+    return list(dict.fromkeys([*default_targets(), cpu_target(), patched_target()]))
+
+
 def base_pairs(dockerfile: Path) -> list[tuple[str, str]]:
     """The build-argument pairs naming the Dockerfile's base images, FROM ${IMAGE}@${DIGEST}, in order of first use
     (`FROM <stage>` lines are skipped). The final stage's pair is the product's base; another is a builder stage's
@@ -225,6 +247,25 @@ class Builder:
             manifest.seconds = round(time.monotonic() - t0, 1)
             manifest.store_bytes = self.b.disk_bytes()
         return manifest
+
+    def prepare_standins(self, names: list[str], skip_cpu: bool = False) -> dict[str, float]:
+        """Make the stand-in bases that a build of `names` will use, ahead of it (`make test` starts this beside the
+        vLLM CPU setup, so that the system session's build begins with the images). skip_cpu: all but the vLLM CPU
+        build's serving stand-in, which installs the wheels that setup downloads. Returns seconds per stand-in made."""
+        from .standin import cpu_release
+
+        if self.bases != "stand-in":
+            raise BuildahError("stand-in bases are made only for --bases stand-in")
+        with store_lock():
+            with self.b.idle() as idle:
+                if idle:
+                    self._clean()
+            for target in self.bake_file().resolve(names):
+                if skip_cpu and target.args.get("VLLM_RELEASE") == cpu_release():
+                    log.info("%s: its serving stand-in waits for the vLLM CPU wheels", target.name)
+                    continue
+                self.build_args(target, self.base_for(target))  # the final stage's base, then the builder stages'
+        return {k: round(v, 1) for k, v in self.standins.timings.items()}
 
     def _clean(self) -> None:
         """Empty a storage grown past MAX_STORE_BYTES (the layer cache starts cold), and remove the working

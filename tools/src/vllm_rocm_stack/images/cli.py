@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .build import Builder, default_targets
+from .build import Builder, default_targets, suite_targets
 from .buildah import STORE, Buildah, BuildahError, BuildFailed
 from .podman import Podman
 
@@ -18,6 +18,9 @@ Build the project's images from docker/docker-bake.hcl with buildah (daemonless,
 storage under .work/buildah/.
 
   build [TARGET ...]  bake targets or groups (default: the default release's vLLM image + the sidecar)
+  standins [TARGET ...]
+                      only the stand-in bases a `build --bases stand-in` of the targets will use (default: the
+                      test suite's targets), ahead of it; `make test` runs this beside the vLLM CPU setup
   list                the images in the storage, with sizes
   clean               remove every image and container of the storage (the layer cache starts cold)
 
@@ -45,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         help="pinned: the Dockerfiles' digest-pinned bases (default); stand-in: local stand-ins",
     )
     b.add_argument("--manifest", type=Path, help="write what was built (JSON) to this file")
+    st = sub.add_parser("standins", help="make the stand-in bases of a stand-in build, ahead of it")
+    st.add_argument("targets", nargs="*", help="bake targets or groups (default: the test suite's)")
+    st.add_argument(
+        "--skip-cpu",
+        action="store_true",
+        help="all but the vLLM CPU build's serving stand-in (it installs the wheels `make setup-vllm` downloads)",
+    )
     sub.add_parser("list", help="images in the storage")
     sub.add_parser(
         "clean", help="remove every container (podman's included), named volume, network and image of the storage"
@@ -72,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                 manifest.driver,
                 manifest.store_bytes / 2**30,
             )
+        elif args.command == "standins":
+            made = Builder(bases="stand-in").prepare_standins(args.targets or suite_targets(), skip_cpu=args.skip_cpu)
+            log.info("stand-in bases ready (made: %s)", made or "none, all cached")
         elif args.command == "list":
             buildah = Buildah()
             for stored in buildah.images():
