@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from vllm_rocm_stack.images import build
@@ -32,6 +33,8 @@ class RecordedStandIns:
 
 
 class NoStore:
+    root = Path("no-store")
+
     @contextlib.contextmanager
     def idle(self) -> Iterator[bool]:
         yield False  # containers in use: nothing is cleaned

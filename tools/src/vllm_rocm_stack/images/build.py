@@ -232,11 +232,7 @@ class Builder:
     def build_all(self, names: list[str]) -> Manifest:
         t0, started = time.monotonic(), time.time()
         with store_lock():
-            with self.b.idle() as idle:
-                if idle:
-                    self._clean()
-                else:  # another process runs containers of these images: nothing of theirs is touched
-                    log.info("containers of %s are in use: leftovers stay, the storage is not emptied", self.b.root)
+            self._clean_if_idle()
             manifest = Manifest(driver=self.b.driver, store=str(self.b.root))
             for target in self.bake_file().resolve(names):
                 built = self.build(target)
@@ -257,15 +253,20 @@ class Builder:
         if self.bases != "stand-in":
             raise BuildahError("stand-in bases are made only for --bases stand-in")
         with store_lock():
-            with self.b.idle() as idle:
-                if idle:
-                    self._clean()
+            self._clean_if_idle()
             for target in self.bake_file().resolve(names):
                 if skip_cpu and target.args.get("VLLM_RELEASE") == cpu_release():
                     log.info("%s: its serving stand-in waits for the vLLM CPU wheels", target.name)
                     continue
                 self.build_args(target, self.base_for(target))  # the final stage's base, then the builder stages'
         return {k: round(v, 1) for k, v in self.standins.timings.items()}
+
+    def _clean_if_idle(self) -> None:
+        with self.b.idle() as idle:
+            if idle:
+                self._clean()
+            else:  # another process runs containers of these images: nothing of theirs is touched
+                log.info("containers of %s are in use: leftovers stay, the storage is not emptied", self.b.root)
 
     def _clean(self) -> None:
         """Empty a storage grown past MAX_STORE_BYTES (the layer cache starts cold), and remove the working
