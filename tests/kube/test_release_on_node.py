@@ -803,9 +803,6 @@ def test_qualification_job_deploys_its_mode_and_a_failed_one_changes_nothing(
     assert '"cudagraph_mode":"$(VLLM_ROCM_CUDAGRAPH_MODE)"' in " ".join(vllm["args"])
     log = cluster.kubectl("logs", "-n", NS, pod["metadata"]["name"], "-c", "vllm").stdout
     assert "enforce_eager=False" in log and "'cudagraph_mode': <CUDAGraphMode.NONE: 0>" in log, log[-3000:]
-    # The Job compiled into the compile cache this pod shares: the pod reads it back rather than compiling again
-    # (vLLM 0.32.0's AOT path cannot load it on the CPU build: vllm_server.CPU_ENV).
-    assert "Compiling model again due to a load failure" not in log, log[-3000:]
     assert Pods.ready(pod)
     readyz = json.loads(Pods(cluster).readyz(pod))
     assert readyz.get("ready") is True, readyz
