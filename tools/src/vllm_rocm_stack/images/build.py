@@ -252,10 +252,11 @@ class Builder:
 
         if self.bases != "stand-in":
             raise BuildahError("stand-in bases are made only for --bases stand-in")
+        skipped = cpu_release() if skip_cpu else None
         with store_lock():
             self._clean_if_idle()
             for target in self.bake_file().resolve(names):
-                if skip_cpu and target.args.get("VLLM_RELEASE") == cpu_release():
+                if skipped is not None and target.args.get("VLLM_RELEASE") == skipped:
                     log.info("%s: its serving stand-in waits for the vLLM CPU wheels", target.name)
                     continue
                 self.build_args(target, self.base_for(target))  # the final stage's base, then the builder stages'
