@@ -83,11 +83,12 @@ patches-status: ## The patch series' verdict on a vLLM install: TARGET=<site-pac
 dashboard: generate ## Alias of `make generate` (the chart's Grafana dashboard JSON is one of the generated files)
 
 # This repository's CPU build, model and work directory: an installed `vllm-rocm qualify` defaults to `vllm serve`.
-# Two servers side by side on two cores, one OpenMP thread each (vLLM's CPU build binds them all to one core else),
-# each with a 128 MiB KV cache (vllm_rocm_stack/vllm_server.py, KV_CACHE_BYTES, says why).
+# Two servers side by side on two cores, with the CPU build's settings from their one place (vllm_server.qualify_args:
+# a 128 MiB KV cache each, one OpenMP thread each, vLLM 0.32.0's AOT compile path off; vllm_server.py says why).
+# A recursive variable: the python runs only when `make qualify` expands it.
 QUALIFY_CPU_ARGS = --model $(VLLM_ROCM_WORK)/models/smollm2-135m-instruct --served-model-name smollm2-135m-instruct \
-  --workdir $(VLLM_ROCM_WORK)/qualify --kv-cache-bytes 134217728 --parallel 2 \
-  --env VLLM_CPU_OMP_THREADS_BIND=nobind --env OMP_NUM_THREADS=1 \
+  --workdir $(VLLM_ROCM_WORK)/qualify --parallel 2 \
+  $(shell $(HELP_PY) -c 'from vllm_rocm_stack.vllm_server import qualify_args; print(*qualify_args())') \
   --command '$(VLLM_ROCM_WORK)/vllm-venv/bin/python -m vllm.entrypoints.openai.api_server --model {model} --served-model-name {served_model_name} --host 127.0.0.1 --port {port} --seed 0 {mode_args}'
 qualify: $(if $(call wants_help,$(QUALIFY_ARGS)),,setup-vllm) ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
 	@$(if $(call wants_help,$(QUALIFY_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_qualify run --quick $(QUALIFY_CPU_ARGS) $(QUALIFY_ARGS)

@@ -24,7 +24,7 @@ from vllm_rocm_health.canary.baseline import Baseline
 from vllm_rocm_qualify.client import Output
 from vllm_rocm_qualify.compare import compare_one
 from vllm_rocm_stack.config import WORK
-from vllm_rocm_stack.vllm_server import CPU_ENV, KV_CACHE_BYTES, VLLM_PYTHON
+from vllm_rocm_stack.vllm_server import VLLM_PYTHON, qualify_args
 
 from tests.support import tiers
 from tests.support.crowd import crowd
@@ -33,9 +33,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.crowd]
 
 GOOD = WORK / "models" / "smollm2-135m-instruct"
 MODES = "NONE,FULL,PIECEWISE,FULL_DECODE_ONLY"
-# Servers side by side on this 2-core machine: one OpenMP thread each, scheduled by the kernel (vllm_server.CPU_ENV
-# says why), passed as qualify's --env. Both runs use the same, so that their answers are computed alike.
-SMALL = ["--quick", "--startup-timeout", "600", *(a for k, v in CPU_ENV.items() for a in ("--env", f"{k}={v}"))]
+# Quick runs with a patient start. Every run gets the CPU build's settings from start() (vllm_server.qualify_args:
+# one OpenMP thread per server, scheduled by the kernel, as qualify's --env), so that their answers are computed alike.
+SMALL = ["--quick", "--startup-timeout", "600"]
 
 
 def command(wrong: str, missing: str) -> str:
@@ -95,8 +95,7 @@ def start(workdir: Path, *args: str) -> subprocess.Popen:
             str(GOOD),
             "--served-model-name",
             "smollm2-135m-instruct",
-            "--kv-cache-bytes",  # each server's --kv-cache-memory-bytes: four side by side fit the machine
-            str(KV_CACHE_BYTES),
+            *qualify_args(),  # the CPU build's settings; its KV cache keeps four side by side on the machine
             *args,
         ],
         stdout=subprocess.PIPE,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_rocm_stack.vllm_server import CPU_ENV, KV_CACHE_BYTES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,3 +124,14 @@ def test_work_reaches_every_tool_as_one_absolute_path(tmp_path: Path) -> None:
     assert res.stdout.strip() == str(tmp_path)
     for script in ("tools/bootstrap.sh", "tools/setup-vllm-cpu.sh"):
         assert "WORK=${VLLM_ROCM_WORK:-" in (REPO / script).read_text(), script
+
+
+def test_make_qualify_gives_its_servers_the_cpu_builds_settings(tmp_path: Path) -> None:
+    """`make qualify` passes each server the CPU build's settings from their one place (vllm_server.qualify_args), not
+    a copy of them that can fall behind (it lacked VLLM_USE_AOT_COMPILE=0 when that was added)."""
+    dry = make("-n", "qualify", work=tmp_path / "work")
+    assert dry.returncode == 0, dry.stderr
+    [line] = [x for x in dry.stdout.splitlines() if "vllm_rocm_qualify run" in x]
+    for k, v in CPU_ENV.items():
+        assert f"--env {k}={v}" in line, line
+    assert f"--kv-cache-bytes {KV_CACHE_BYTES}" in line, line

@@ -43,6 +43,12 @@ CPU_ARGS = ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
 CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1", "VLLM_USE_AOT_COMPILE": "0"}
 
 
+def qualify_args() -> list[str]:
+    """`vllm-rocm qualify run`'s arguments for this build's servers: each one's KV cache and CPU_ENV, as `make qualify`
+    and the live tests pass them."""
+    return ["--kv-cache-bytes", str(KV_CACHE_BYTES), *(a for k, v in CPU_ENV.items() for a in ("--env", f"{k}={v}"))]
+
+
 def server_env(cache: Path) -> dict[str, str]:
     """qualify's server environment (offline, caches under `cache`) with the CPU build's settings (CPU_ENV)."""
     return {**qualify_server_env(cache), **CPU_ENV}
