@@ -6,21 +6,16 @@ interval or timeout of a live test is a constant)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
-from vllm_rocm_health.canary import CanaryConfig, CanaryRunner
 from vllm_rocm_stack.proxy import SwitchableProxy
 
 from tests.support import crowd, tiers
-from tests.support.canary import CFG, CanaryTiming
+from tests.support.canary import CanaryTiming, measure_timing, record_baseline
 from tests.support.images import build_images, start_node_preimport, wait_node_preimport
-from tests.support.vllm_server import BAD_MODEL, GOOD_MODEL, VLLM_PYTHON, VllmServer, free_port
+from tests.support.vllm_server import BAD_MODEL, GOOD_MODEL, VLLM_PYTHON, VllmServer, start
 
 # The tiers' hooks: every test gets its tier (`unit` when unmarked), each checked before its fixtures start. The
 # modules that hold the crowd of vLLM engines and need no cluster go first (tests/support/crowd.py).
@@ -33,21 +28,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     crowd.run_first(items)
 
 
-def _start(model: Path, name: str, tmp: Path) -> VllmServer:
-    # Skipped (not failed) only when the vLLM CPU setup was never run, e.g. `pytest` without `make test`.
-    for need in (VLLM_PYTHON, model / "config.json"):
-        if not need.exists():
-            pytest.skip(f"{need} is missing: run `make setup-vllm` (make test does it)")
-    server = VllmServer(model, name, free_port(), tmp / f"{name}.log")
-    server.start(timeout=600)  # ~25 s idle; several minutes on a loaded 2-core machine
-    return server
-
-
 @pytest.fixture(scope="session")
 @tiers.needs("integration", "starts the vLLM CPU server")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     """SmolLM2-135M-Instruct on the real vLLM CPU build, --enforce-eager. Its log file is what a sidecar follows."""
-    server = _start(GOOD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm"))
+    server = start(GOOD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm"))
     yield server
     server.stop()
 
@@ -56,7 +41,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
 @tiers.needs("integration", "starts the perturbed vLLM CPU server")
 def vllm_perturbed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     """The same model with seeded weight noise: a real vLLM that returns HTTP 200 with wrong tokens."""
-    server = _start(BAD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm-bad"))
+    server = start(BAD_MODEL, "smollm2-135m-instruct", tmp_path_factory.mktemp("vllm-bad"))
     yield server
     server.stop()
 
@@ -73,45 +58,12 @@ def proxy(vllm_server: VllmServer) -> Iterator[SwitchableProxy]:
 @pytest.fixture(scope="session")
 def baseline_file(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Recorded through the real CLI, as an operator would."""
-    out = tmp_path_factory.mktemp("baseline") / "baseline.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vllm_rocm_health",
-            "baseline",
-            "record",
-            "--out",
-            str(out),
-            "--vllm-url",
-            vllm_server.base_url,
-            "--num-problems",
-            str(CFG["num_problems"]),
-            "--notes",
-            "smollm2 bf16 eager cpu",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr
-    return out
+    return record_baseline(vllm_server.base_url, tmp_path_factory.mktemp("baseline") / "baseline.json")
 
 
 @pytest.fixture(scope="session")
 def canary_timing(vllm_server: VllmServer, baseline_file: Path) -> CanaryTiming:
-    runner = CanaryRunner(CanaryConfig(baseline=str(baseline_file), **CFG), vllm_server.base_url, CollectorRegistry())
-    try:
-        slowest = 0.0
-        for _ in range(3):
-            t0 = time.monotonic()
-            result = runner.run_once()
-            assert result.outcome == "pass", result.reason
-            slowest = max(slowest, time.monotonic() - t0)
-    finally:
-        runner.close()
-    timeout = max(5.0, 4 * slowest)
-    return CanaryTiming(run=slowest, timeout=timeout, interval=max(3.0, 3 * slowest))
+    return measure_timing(vllm_server.base_url, baseline_file)
 
 
 @pytest.fixture(scope="session")

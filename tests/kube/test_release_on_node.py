@@ -36,10 +36,12 @@ from vllm_rocm_health.canary.problems import generate, parse_answer
 from vllm_rocm_stack.config import WORK
 from vllm_rocm_stack.vllm_server import CPU_ARGS
 
-from tests.support.canary import CFG, CanaryTiming
+from tests.support import tiers
+from tests.support.canary import CFG, CanaryTiming, measure_timing, record_baseline
 from tests.support.crowd import crowd
 from tests.support.images import CPU_TARGET
 from tests.support.kube_node import NODE, NodeCluster, Watch, WatchEvent
+from tests.support.vllm_server import GOOD_MODEL, start
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "vllm-rocm"
@@ -196,6 +198,28 @@ with open(out, "a") as f:
 """
 
 
+@dataclass(frozen=True)
+class Reference:
+    baseline: Path
+    timing: CanaryTiming
+
+
+@pytest.fixture(scope="session")  # set up before the module's crowd lock: it starts while the lock is waited for
+@tiers.needs("integration", "starts a vLLM CPU server on this machine")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """The pods' canary baseline and the module's timings, from the good model on a vLLM CPU server on this machine,
+    stopped before the release is installed: nothing here asks it anything later, and through the module's ~20 minutes
+    it would hold ~2.5 GB and its idle polling (~1 CPU-s a minute) beside the pods. The shared session server of the
+    integration tests (tests/conftest.py) stays up for its session, whose tests ask it."""
+    tmp = tmp_path_factory.mktemp("reference")
+    server = start(GOOD_MODEL, "smollm2-135m-instruct", tmp)
+    try:
+        baseline = record_baseline(server.base_url, tmp / "baseline.json")
+        return Reference(baseline, measure_timing(server.base_url, baseline))
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _one_crowd(request: pytest.FixtureRequest) -> Iterator[None]:
     """Two or three vLLM pods at once: not while qualify's live runs run theirs (tests/support/crowd.py)."""
@@ -306,14 +330,13 @@ def values(cluster: NodeCluster, built_images: dict, baseline: Path, timing: Can
 def release(
     cluster: NodeCluster,
     built_images: dict,
-    baseline_file: Path,
-    canary_timing: CanaryTiming,
+    reference: Reference,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Any]]:
     """`helm install`, watched from before it starts until the pod is in the Service: the EndpointSlice and pod
     histories, and the sidecar's canary passes at the moment the pod joined, are what the first test judges."""
     tmp = tmp_path_factory.mktemp("release")
-    vals = values(cluster, built_images, baseline_file, canary_timing)
+    vals = values(cluster, built_images, reference.baseline, reference.timing)
     (tmp / "values.yaml").write_text(yaml.safe_dump(vals))
     pods = Pods(cluster)
     slices, server_pods = watches(cluster)

@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from vllm_rocm_health.canary import fingerprint, problems
+from prometheus_client import CollectorRegistry
+from vllm_rocm_health.canary import CanaryConfig, CanaryRunner, fingerprint, problems
 from vllm_rocm_health.canary.baseline import Baseline
 
 CFG = dict(
@@ -48,3 +53,45 @@ class CanaryTiming:
     @property
     def patience(self) -> float:
         return 6 * (self.interval + self.timeout) + 60
+
+
+def record_baseline(url: str, out: Path) -> Path:
+    """The baseline of the server at `url`, recorded through the real CLI into `out`, as an operator would."""
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_rocm_health",
+            "baseline",
+            "record",
+            "--out",
+            str(out),
+            "--vllm-url",
+            url,
+            "--num-problems",
+            str(CFG["num_problems"]),
+            "--notes",
+            "smollm2 bf16 eager cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def measure_timing(url: str, baseline: Path) -> CanaryTiming:
+    """The timings of the live tests, from the slowest of three canary runs against the server at `url` now."""
+    runner = CanaryRunner(CanaryConfig(baseline=str(baseline), **CFG), url, CollectorRegistry())
+    try:
+        slowest = 0.0
+        for _ in range(3):
+            t0 = time.monotonic()
+            result = runner.run_once()
+            assert result.outcome == "pass", result.reason
+            slowest = max(slowest, time.monotonic() - t0)
+    finally:
+        runner.close()
+    timeout = max(5.0, 4 * slowest)
+    return CanaryTiming(run=slowest, timeout=timeout, interval=max(3.0, 3 * slowest))
