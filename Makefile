@@ -85,10 +85,11 @@ dashboard: generate ## Alias of `make generate` (the chart's Grafana dashboard J
 # This repository's CPU build, model and work directory: an installed `vllm-rocm qualify` defaults to `vllm serve`.
 # Two servers side by side on two cores, with the CPU build's settings from their one place (vllm_server.qualify_args:
 # a 128 MiB KV cache each, one OpenMP thread each, vLLM 0.32.0's AOT compile path off; vllm_server.py says why).
-# A recursive variable: the python runs only when `make qualify` expands it.
+# Recursive variables: the python runs only when `make qualify` expands them, and `make qualify` stops if it fails
+# (never a run without the settings).
+QUALIFY_CPU_SETTINGS = $(or $(shell $(HELP_PY) -c 'from vllm_rocm_stack.vllm_server import qualify_args; print(*qualify_args())'),$(error the CPU build's settings for qualify (vllm_rocm_stack.vllm_server.qualify_args) could not be read))
 QUALIFY_CPU_ARGS = --model $(VLLM_ROCM_WORK)/models/smollm2-135m-instruct --served-model-name smollm2-135m-instruct \
-  --workdir $(VLLM_ROCM_WORK)/qualify --parallel 2 \
-  $(shell $(HELP_PY) -c 'from vllm_rocm_stack.vllm_server import qualify_args; print(*qualify_args())') \
+  --workdir $(VLLM_ROCM_WORK)/qualify --parallel 2 $(QUALIFY_CPU_SETTINGS) \
   --command '$(VLLM_ROCM_WORK)/vllm-venv/bin/python -m vllm.entrypoints.openai.api_server --model {model} --served-model-name {served_model_name} --host 127.0.0.1 --port {port} --seed 0 {mode_args}'
 qualify: $(if $(call wants_help,$(QUALIFY_ARGS)),,setup-vllm) ## Qualify the cudagraph modes on the local CPU vLLM (a --quick smoke run; QUALIFY_ARGS=--help)
 	@$(if $(call wants_help,$(QUALIFY_ARGS)),$(HELP_PY),$(PY)) -m vllm_rocm_qualify run --quick $(QUALIFY_CPU_ARGS) $(QUALIFY_ARGS)

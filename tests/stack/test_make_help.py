@@ -135,3 +135,7 @@ def test_make_qualify_gives_its_servers_the_cpu_builds_settings(tmp_path: Path) 
     for k, v in CPU_ENV.items():
         assert f"--env {k}={v}" in line, line
     assert f"--kv-cache-bytes {KV_CACHE_BYTES}" in line, line
+    # Where they cannot be read, make qualify stops instead of running qualify without them.
+    broken = make("-n", "qualify", "HELP_PY=false", work=tmp_path / "work")
+    assert broken.returncode != 0 and "vllm_rocm_qualify run" not in broken.stdout, broken.stdout
+    assert "the CPU build's settings for qualify" in broken.stderr, broken.stderr
