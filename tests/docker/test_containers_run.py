@@ -27,10 +27,11 @@ from vllm_rocm_stack.images.podman import Podman
 from tests.support import threads
 from tests.support.http import get
 from tests.support.images import CPU_TARGET
+from tests.support.repo import markdown_files
 from tests.support.vllm_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-READMES = sorted(p for p in REPO.glob("**/*.md") if ".work" not in p.parts and ".git" not in p.parts)
+READMES = markdown_files()
 DOCKER_README = REPO / "docker" / "README.md"
 MODEL = WORK / "models" / "smollm2-135m-instruct"
 SERVED = "smollm2-135m-instruct"

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from vllm_rocm_known_issues import evaluator as ki
 from vllm_rocm_patches import series
 
+from tests.support.repo import markdown_files
 from tests.support.vllm_releases import (
     GUARD_RELEASES,
     PATCH_TOOL_PYTHONPATH,
@@ -532,13 +533,7 @@ def _key(url: str) -> tuple[str, str]:
 def cited_threads() -> dict[tuple[str, str], list[str]]:
     """Every vllm#N, ROCm/<repo>#N, bare #N (vLLM) and GitHub thread URL the runbook, the chart, the canary, the
     qualify shapes and any README cite (the generated known-issues table excepted: it is the data)."""
-    files = [
-        p
-        for p in REPO_ROOT.rglob("*.md")
-        if not {".work", ".pytest_cache", "node_modules"} & set(p.parts)
-        and "tests" not in p.relative_to(REPO_ROOT).parts
-        and p != DIR / "README.md"
-    ]
+    files = [p for p in markdown_files() if "tests" not in p.relative_to(REPO_ROOT).parts and p != DIR / "README.md"]
     chart = REPO_ROOT / "charts" / "vllm-rocm"
     files += [p for p in (chart / "templates").rglob("*") if p.is_file()]
     files += [p for p in (chart / "files").glob("*.yaml")] + list((chart / "docs").rglob("*.md"))
