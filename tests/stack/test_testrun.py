@@ -270,6 +270,36 @@ def test_the_disk_watch_reports_the_lowest_free_space_it_saw(tmp_path: Path, mon
     assert "memory: lowest 3.0 GB available" in report, report
 
 
+def test_machine_cpu_reads_busy_and_idle_from_proc_stat() -> None:
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = "cpu  100 20 30 400 50 6 7 8 9 10\ncpu0 50 10 15 200 25 3 3 4 4 5\nintr 1 2\n"
+    assert testrun.machine_cpu(stat) == ((100 + 20 + 30 + 6 + 7 + 8) / hz, (400 + 50) / hz)  # guest is in user
+    assert testrun.machine_cpu("intr 1 2\n") is None
+    # The real file: what the machine did over ~0.3 s of this process spinning is counted, on all its cores.
+    before, t0 = testrun.machine_cpu(), time.monotonic()
+    while time.monotonic() - t0 < 0.3:
+        pass
+    after, wall = testrun.machine_cpu(), time.monotonic() - t0
+    assert before is not None and after is not None
+    busy, idle = after[0] - before[0], after[1] - before[1]
+    assert busy > 0.1, (busy, idle)
+    assert 0.5 * wall * (os.cpu_count() or 1) < busy + idle < 2 * wall * (os.cpu_count() or 1) + 0.1
+
+
+def test_the_watch_says_where_the_machines_cpu_went(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = iter([(100.0, 1000.0), (700.0, 1060.0)])
+    monkeypatch.setattr(testrun, "machine_cpu", lambda: next(reads))
+    watch = testrun.ResourceWatch(tmp_path, every=60)
+    report = watch.cpu(300.0)
+    watch.report()
+    assert "busy 10.0 of 11.0 CPU-min (idle 1.0)" in report, report
+    assert "took 5.0, the rest 5.0" in report, report
+    monkeypatch.setattr(testrun, "machine_cpu", lambda: None)
+    blind = testrun.ResourceWatch(tmp_path, every=60)
+    assert "not readable" in blind.cpu(1.0)
+    blind.report()
+
+
 def test_each_part_says_the_cpu_time_it_and_its_children_took(
     fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -279,9 +309,14 @@ def test_each_part_says_the_cpu_time_it_and_its_children_took(
     monkeypatch.setattr(testrun, "VLLM_SETUP", script(fake / "vllm.sh", spin))
     test = tree(fake, "def test_ok():\n    pass\n")
     assert testrun.run([test, "-q", "-c", CONFIG]) == 0
-    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[setup-vllm] exit 0")]
+    out = capsys.readouterr().out.splitlines()
+    [line] = [line for line in out if line.startswith("[setup-vllm] exit 0")]
     cpu = float(line.split("; CPU ")[1].split(" s")[0])
     assert cpu >= 2, line
+    # ... and the run's last lines say where the machine's CPU went, the parts' share counting that spin.
+    [machine] = [line for line in out if line.startswith("make test: CPU: ")]
+    parts = float(machine.split(" and what they waited for took ")[1].split(",")[0])
+    assert parts >= 2 / 60, machine
 
 
 def test_a_part_says_it_ended_when_it_ends_not_when_it_is_waited_for(

@@ -111,10 +111,28 @@ def mem_available() -> int | None:
     return None
 
 
+def machine_cpu(stat: str | None = None) -> tuple[float, float] | None:
+    """The machine's busy and idle CPU seconds since boot, all cores together, from /proc/stat's `cpu` line (busy:
+    user, nice, system, irq, softirq, steal; idle: idle and iowait; guest time is inside user). None off Linux."""
+    try:
+        text = Path("/proc/stat").read_text() if stat is None else stat
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = line.split()
+        if fields[:1] == ["cpu"]:
+            ticks = ([int(v) for v in fields[1:9]] + [0] * 8)[:8]  # older kernels print fewer fields
+            hz = os.sysconf("SC_CLK_TCK")
+            user, nice, system, idle, iowait, irq, softirq, steal = ticks
+            return (user + nice + system + irq + softirq + steal) / hz, (idle + iowait) / hz
+    return None
+
+
 class ResourceWatch:
     """The lowest free space on WORK's filesystem and the lowest available memory while the run lasts (every 2 s),
     printed at the end: a failure for want of space or memory reads against them, and a run that passed says how
-    close it came (the sessions run several vLLM servers at once, ~2.8 GB each)."""
+    close it came (the sessions run several vLLM servers at once, ~2.8 GB each). And the machine's CPU over the run
+    (`cpu`), set against what the parts themselves took."""
 
     def __init__(self, path: Path, every: float = 2.0) -> None:
         while not path.exists() and path != path.parent:  # the filesystem it will be made on
@@ -124,6 +142,7 @@ class ResourceWatch:
         self.first = self.low = shutil.disk_usage(path).free
         self.low_at = 0.0
         self.mem_low, self.mem_low_at = mem_available(), 0.0
+        self.cpu0 = machine_cpu()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -149,6 +168,23 @@ class ResourceWatch:
         return (
             f"disk ({self.path}): {self.first / 1e9:.1f} GB free at the start, lowest {self.low / 1e9:.1f} GB "
             f"{self.low_at / 60:.1f} min in, {last / 1e9:.1f} GB at the end{memory}"
+        )
+
+    def cpu(self, parts: float) -> str:
+        """Where the machine's CPU went while the run lasted: `parts` is the CPU seconds the parts and the processes
+        they waited for took (their rusage); the rest is every other process on the machine (containers, pods,
+        vLLM's workers, the clusters' daemons, the kernel, and whatever else runs here, another user's work too).
+        On 2 shared cores, idle near 0 says the run is bound by its CPU, not by its waits."""
+        now = machine_cpu()
+        if self.cpu0 is None or now is None:
+            return "CPU: /proc/stat is not readable here"
+        busy, idle = now[0] - self.cpu0[0], now[1] - self.cpu0[1]
+        cores = os.cpu_count() or 1
+        return (
+            f"CPU: the machine's {cores} cores were busy {busy / 60:.1f} of {(busy + idle) / 60:.1f} CPU-min "
+            f"(idle {idle / 60:.1f}); the parts above and what they waited for took {parts / 60:.1f}, the rest "
+            f"{max(0.0, busy - parts) / 60:.1f} (containers, pods, vLLM's workers, the clusters' daemons, the kernel, "
+            "anything else on the machine)"
         )
 
 
@@ -271,7 +307,7 @@ def run(pytest_args: list[str] | None) -> int:
     with `pytest_args`."""
     tmp = WORK / "tmp"
     parts: list[Part] = []
-    disk = ResourceWatch(WORK)
+    watch = ResourceWatch(WORK)
     # Started in the background by a shell, this process may have SIGINT ignored, which every child inherits across
     # exec: stop() could not interrupt them (pytest's teardown never ran; seen running `.ci/run &`). A handler here
     # is reset to the default in each child.
@@ -298,7 +334,7 @@ def run(pytest_args: list[str] | None) -> int:
         parts.append(vllm)
         if vllm.wait() != 0:
             print("make test: the vLLM CPU setup failed (above; tools/setup-vllm-cpu.sh)", file=sys.stderr)
-            print(f"make test: {disk.report()}", file=sys.stderr)
+            print(f"make test: {watch.report()}", file=sys.stderr)
             return 1
         if pytest_args is None:
             later = [pytest_part(name, ["-m", marks, *DURATIONS]).start() for name, marks, setup in SESSIONS if setup]
@@ -319,7 +355,8 @@ def run(pytest_args: list[str] | None) -> int:
         for s in sessions:
             for line in summary(s.tail):
                 print(f"[{s.name}] {line}")
-    print(f"make test: {disk.report()}")
+    print(f"make test: {watch.report()}")
+    print(f"make test: {watch.cpu(sum(sum(p.cpu) for p in parts if p.cpu is not None))}")
     if codes["setup-kube"] != 0:
         print(f"make test: the Kubernetes build failed ({tmp}/setup-kube.log; tools/kube/build.sh)", file=sys.stderr)
     if early != 0:  # not the run's verdict: the system session's build made them again, or failed saying why
