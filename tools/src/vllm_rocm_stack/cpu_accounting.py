@@ -11,7 +11,9 @@ processes used after its first 12 minutes, and `podman save`'s gzip of the node 
 
 `run` needs root and a kernel with BSD process accounting (v3 records); it sets VLLM_ROCM_CPU_ACCOUNTING for the
 command, and switches accounting off when the command ends, however it ends. Accounting is machine-wide: the file
-holds the machine's other processes too, and a process still running at the end is not in it.
+holds the machine's other processes too, and a process still running at the end is not in it. On the 2-core machine
+it stopped recording 23 min into two whole runs (44 and 45, 2026-12-07), when the single-node cluster started: for a
+whole `make test`, `cpu_sampler` sees more.
 """
 
 from __future__ import annotations

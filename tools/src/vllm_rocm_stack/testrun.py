@@ -34,6 +34,7 @@ from pathlib import Path
 
 from . import kube_build
 from .config import REPO, WORK
+from .cpu_sampler import machine_cpu
 
 # The sessions: name, marker expression, whether it waits for the vLLM CPU setup. Several side by side, not one: the
 # kernel shares the CPU by session (autogroup scheduling), so on 2 cores shared with another busy process the run
@@ -108,23 +109,6 @@ def mem_available() -> int | None:
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return None
-
-
-def machine_cpu(stat: str | None = None) -> tuple[float, float] | None:
-    """The machine's busy and idle CPU seconds since boot, all cores together, from /proc/stat's `cpu` line (busy:
-    user, nice, system, irq, softirq, steal; idle: idle and iowait; guest time is inside user). None off Linux."""
-    try:
-        text = Path("/proc/stat").read_text() if stat is None else stat
-    except OSError:
-        return None
-    for line in text.splitlines():
-        fields = line.split()
-        if fields[:1] == ["cpu"]:
-            ticks = ([int(v) for v in fields[1:9]] + [0] * 8)[:8]  # older kernels print fewer fields
-            hz = os.sysconf("SC_CLK_TCK")
-            user, nice, system, idle, iowait, irq, softirq, steal = ticks
-            return (user + nice + system + irq + softirq + steal) / hz, (idle + iowait) / hz
     return None
 
 
