@@ -227,9 +227,9 @@ class Part:
     def _reap(self) -> None:
         """Reaps the part the moment it exits and says so then, with its wall time and its CPU time: its own and its
         descendants' that it waited for (builds, helm, the CLIs, vLLM's API servers; not what left it for init, such
-        as vLLM's workers, nor containers, which podman's conmon parents: `cpu_accounting` counts those). On 2 shared
-        cores the CPU time, not the wall time, says what a change saved. The only waiter on the process: nothing
-        else polls it, so no other wait can reap it first."""
+        as vLLM's workers, nor containers, which podman's conmon parents: the run's last line and `cpu_sampler` count
+        those). On 2 shared cores the CPU time, not the wall time, says what a change saved. The only waiter on the
+        process: nothing else polls it, so no other wait can reap it first."""
         assert self.proc is not None and self.pump is not None
         _, status, usage = os.wait4(self.proc.pid, 0)
         self.ended = time.monotonic()
