@@ -100,12 +100,13 @@ def test_containers_and_pods_count_whole_once(tmp_path: Path) -> None:
 
 def test_a_run_finds_the_cpu_its_command_burnt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cpu.json"
-    spin = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 1.5: pass\n"
+    # 1.5 s of CPU, then 2 s asleep: a sample after the spin sees all of it, however slowly a busy machine runs us.
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5: pass\ntime.sleep(2)\n"
     rc = cpu_sampler.main(["run", "--out", str(out), "--every", "0.2", "--", sys.executable, "-c", spin, MARK])
     assert rc == 0
     data = json.loads(out.read_text())
     [child] = [p for p in data["procs"] if MARK in p["cmd"]]
-    assert child["where"] == "host" and child["cpu"] - child["cpu0"] >= 1.0, child
+    assert child["where"] == "host" and child["cpu"] - child["cpu0"] >= 1.4, child
     assert data["machine"][0] is not None and data["machine"][1][0] - data["machine"][0][0] >= 1.0
     err = capsys.readouterr().err
     assert err.startswith("the machine: busy ") and "short-lived processes" in err, err
