@@ -125,3 +125,22 @@ def test_bad_input_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert cpu_sampler.main(["report", str(junk)]) == 2
     assert "not a samples file" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_sampler_that_fails_says_its_counts_are_partial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(root: Path) -> dict[str, float]:
+        raise ValueError("a cgroup file in a shape never seen")
+
+    monkeypatch.setattr(cpu_sampler, "cgroup_usage", broken)
+    data = cpu_sampler.Sampler(every=0.1).stop()
+    assert data["error"] == "ValueError: a cgroup file in a shape never seen"
+    assert "the counts are partial" in cpu_sampler.report(data)
+
+
+def test_a_command_that_cannot_run_is_said_and_the_samples_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cpu.json"
+    assert cpu_sampler.main(["run", "--out", str(out), "--every", "0.1", "--", str(tmp_path / "no-such")]) == 127
+    assert "cannot run" in capsys.readouterr().err
+    assert "machine" in json.loads(out.read_text())

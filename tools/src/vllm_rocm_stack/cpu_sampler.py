@@ -93,11 +93,12 @@ def cgroup_usage(root: Path = CGROUP_V1) -> dict[str, float]:
     """CPU seconds of each container's and pod's cgroup below `root` (cgroup v1 cpuacct), by path."""
     out: dict[str, float] = {}
     for top in (p for p in root.iterdir() if p.is_dir() and (p.name == CONTAINERS or p.name.startswith(PODS))):
-        for path in [top, *top.rglob("*")]:
+        for where, _, _ in os.walk(top):
+            path = Path(where)
             try:
                 out[str(path.relative_to(root))] = int((path / "cpuacct.usage").read_text()) / 1e9
             except (OSError, ValueError):
-                continue
+                continue  # removed since the walk listed it, or no usage file
     return out
 
 
@@ -111,6 +112,7 @@ class Sampler:
         self.cg: dict[str, float] = {}
         self.cg_first: dict[str, float] = {}
         self.cg_error = ""
+        self.error = ""  # why sampling stopped before the command ended, if it did
         self.first = True
         self.t0 = time.monotonic()
         self.cpu0 = machine_cpu()
@@ -120,11 +122,14 @@ class Sampler:
         self._thread.start()
 
     def _run(self) -> None:
-        while True:
-            self.sample()
-            if self._stop.wait(self.every):
+        try:
+            while True:
                 self.sample()
-                return
+                if self._stop.wait(self.every):
+                    self.sample()
+                    return
+        except Exception as e:  # said in the report: a partial count must not read as a whole one
+            self.error = f"{type(e).__name__}: {e}"
 
     def sample(self) -> None:
         for d in os.listdir("/proc"):
@@ -175,6 +180,7 @@ class Sampler:
             "procs": list(self.procs.values()),
             "cgroups": {k: [self.cg_first[k], v] for k, v in self.cg.items()},
             "cgroup_error": self.cg_error,
+            "error": self.error,
         }
 
 
@@ -202,6 +208,8 @@ def report(data: dict[str, Any]) -> str:
         )
     else:
         lines.append("the machine: /proc/stat was not readable; the sampled processes only")
+    if data.get("error"):
+        lines.append(f"sampling stopped before the command ended ({data['error']}): the counts are partial")
     if data.get("cgroup_error"):
         lines.append(f"containers and pods not counted: {data['cgroup_error']}")
     lines.append("  CPU-min  what")
@@ -238,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     sampler = Sampler(a.every)
     try:
         rc = subprocess.call(command)
+    except OSError as e:
+        print(f"cpu_sampler: cannot run {command[0]}: {e}", file=sys.stderr)
+        rc = 127
     finally:
         data = sampler.stop()
         a.out.write_text(json.dumps(data))
