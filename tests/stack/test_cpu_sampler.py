@@ -85,6 +85,8 @@ def test_containers_and_pods_count_whole_once(tmp_path: Path) -> None:
         "procs": [
             {"comm": "yes", "cmd": "yes", "where": "host", "cpu0": 10.0, "cpu": 70.0},
             {"comm": "VLLM::Worker", "cmd": "", "where": "pod", "cpu0": 0.0, "cpu": 50.0},  # inside the pod's 120
+            {"comm": "sleep", "cmd": "sleep 1", "where": "host", "cpu0": 0.0, "cpu": 1.0},
+            {"comm": "true", "cmd": "true", "where": "host", "cpu0": 0.0, "cpu": 1.0},
         ],
         "cgroups": {k: [0.0, v] for k, v in read.items()},
         "cgroup_error": "",
@@ -94,7 +96,10 @@ def test_containers_and_pods_count_whole_once(tmp_path: Path) -> None:
     assert rows["podman's containers (their cgroups)"] == 1.5  # 60 + 30 s, not the parent's 100 nor conmon
     assert rows["pods (the kubelets' cgroups)"] == 2.0
     assert rows["other: yes"] == 1.0
-    assert rows["short-lived processes (between samples: busy less all sampled)"] == 10.0 - 1.5 - 2.0 - 1.0
+    assert rows["2 smaller groups"] == round(2 / 60, 1)  # sleep's and true's 1 s each: one row, not dropped
+    assert rows["short-lived processes (between samples: busy less all sampled)"] == round(
+        10.0 - 1.5 - 2.0 - 1.0 - 2 / 60, 1
+    )
     assert text.splitlines()[0] == "the machine: busy 10.0 of 12.0 CPU-min over 1.0 min (idle 2.0)"
 
 

@@ -212,12 +212,13 @@ def report(data: dict[str, Any]) -> str:
         lines.append(f"sampling stopped before the command ended ({data['error']}): the counts are partial")
     if data.get("cgroup_error"):
         lines.append(f"containers and pods not counted: {data['cgroup_error']}")
+    # Groups under 0.05 CPU-min each are one row, so that the rows still add up to what the machine did.
+    small = {name: cpu for name, cpu in by.items() if cpu < 0.05 * 60 and not name.startswith("short")}
+    rows = {name: cpu for name, cpu in by.items() if name not in small}
+    if small:
+        rows[f"{len(small)} smaller groups"] = sum(small.values())
     lines.append("  CPU-min  what")
-    lines += [
-        f"  {cpu / 60:7.1f}  {name}"
-        for name, cpu in sorted(by.items(), key=lambda kv: -kv[1])
-        if cpu >= 0.05 * 60 or name.startswith("short")
-    ]
+    lines += [f"  {cpu / 60:7.1f}  {name}" for name, cpu in sorted(rows.items(), key=lambda kv: -kv[1])]
     return "\n".join(lines)
 
 
