@@ -9,11 +9,13 @@
 #             of it cost ~1 min of the cold build's critical path.
 #   pause:    the pod sandbox's process, compiled (static, gcc) from the same release's build/pause/linux/pause.c;
 #             there is no registry to pull registry.k8s.io/pause from  ->  $WORK/kube/bin/pause
-#   coredns:  the cluster DNS, from github.com/coredns/coredns's released source (tools/kube/coredns/go.mod pins it;
-#             its own module, since CoreDNS and Kubernetes require different versions of shared modules), with only
-#             the plugins the Corefile names (tools/kube/coredns/main.go)  ->  $WORK/kube/bin/coredns (55 MB).
-#             Measured cold (empty GOCACHE) on 2 shared cores: 130 s user CPU, against 243 s for CoreDNS's own main
-#             package with all its plugins (79 MB); warm (cached packages, relink only) 4 s.
+#   coredns:  the cluster DNS, from github.com/coredns/coredns's released source at the version kubeadm of this
+#             Kubernetes release deploys (its constants.CoreDNSVersion), with only the plugins the Corefile names
+#             (tools/kube/coredns/main.go)  ->  $WORK/kube/bin/coredns (55 MB). In the same module as Kubernetes
+#             (tools/kube/go.mod pins it), so that it compiles only what Kubernetes did not: after kube-apiserver
+#             30 CPU-s, against 120 for CoreDNS 1.15.0 in a module of its own from an empty build cache (all its
+#             client-go, api, grpc and protobuf at other versions; idle 2-core machine, 2026-12-07). Its go.mod asks
+#             for newer golang.org/x modules than Kubernetes pins; tools/kube/go.mod keeps Kubernetes' own.
 #   images:   pause and coredns as OCI archives for the node's containerd (tools/kube/images.sh)  ->  $WORK/kube/images
 #   CRDs:     prometheus-operator, LeaderWorkerSet, KEDA: `go mod download` of the pinned module versions, whose h1:
 #             sums tools/versions.env pins  ->  $WORK/kube/crds
@@ -64,7 +66,7 @@ keep() {
 }
 die() { printf 'kube build: error: %s\n' "$*" >&2; exit 1; }
 # Under VLLM_ROCM_TRIM_CACHES=1 (a run thrown away afterwards: CI) the Go caches go as soon as nothing more reads
-# them: once after the Kubernetes binaries (CoreDNS shares none of their module versions), once at the end.
+# them: once after the binaries (CoreDNS reuses Kubernetes' compiled packages), once at the end.
 # The caches are renamed aside at once and removed in the background, at the lowest priority, without the build's
 # lock: the walk of ~3.5 GB of small files took 105 s of the build's critical path on a loaded machine.
 # The removal holds a shared lock on $GO_CACHE.trim.lock, taken before it is forked (so no one can see the build
@@ -95,8 +97,8 @@ case $go_version in
 esac
 grep -qx "require k8s.io/kubernetes v$KUBE_BUILD_VERSION" tools/kube/go.mod \
   || die "tools/kube/go.mod does not require k8s.io/kubernetes v$KUBE_BUILD_VERSION (KUBE_BUILD_VERSION in tools/versions.env)"
-grep -qx "require github.com/coredns/coredns v$COREDNS_VERSION" tools/kube/coredns/go.mod \
-  || die "tools/kube/coredns/go.mod does not require github.com/coredns/coredns v$COREDNS_VERSION (COREDNS_VERSION in tools/versions.env)"
+grep -qx "require github.com/coredns/coredns v$COREDNS_VERSION" tools/kube/go.mod \
+  || die "tools/kube/go.mod does not require github.com/coredns/coredns v$COREDNS_VERSION (COREDNS_VERSION in tools/versions.env)"
 
 mkdir -p "$BIN" "$CRDS" "$GO_CACHE"
 export GOMODCACHE=$GO_CACHE/mod GOCACHE=$GO_CACHE/build
@@ -107,8 +109,11 @@ export GOFLAGS="-buildvcs=false -modcacherw -mod=readonly" GOTOOLCHAIN=local CGO
 # machine, 2026-12-06), its largest compile 1.6 GB against 1.5.
 export GOGC=400
 export GOPROXY=${GOPROXY:-https://proxy.golang.org} GOSUMDB=${GOSUMDB:-sum.golang.org}
-# The linker drops debug information (-ldflags -s -w), so the compiler need not make it for any package.
-NO_DWARF="all=-dwarf=false"
+# The linker drops debug information (-ldflags -s -w), so the compiler need not make it for any package. Nor does it
+# inline outside the standard library (-l; for std, the later pattern wins): kube-scheduler from an empty build cache
+# took 243 CPU-s against 282 (and 220 with -l for std too), and the server dry runs of tests/kube on its kube-apiserver
+# 17.3 CPU-s against 17.1, where -l for std too took 19.8 (idle 2-core machine, 2026-12-07, two runs of each).
+GCFLAGS=(-gcflags="all=-dwarf=false -l" -gcflags="std=-dwarf=false")
 
 # 1. The binaries.
 stamp=$(cat tools/kube/go.mod tools/kube/go.sum tools/kube/build.sh <(echo "$go_version") | sha256sum | cut -d' ' -f1)
@@ -131,7 +136,7 @@ else
   for b in "${BINARIES[@]}"; do
     start=$SECONDS
     say "  go build $b"
-    (cd tools/kube && nice -n 10 go build -trimpath -gcflags="$NO_DWARF" -ldflags="$ldflags" -o "$BIN/$b.tmp" \
+    (cd tools/kube && nice -n 10 go build -trimpath "${GCFLAGS[@]}" -ldflags="$ldflags" -o "$BIN/$b.tmp" \
       "k8s.io/kubernetes/cmd/$b") \
       || die "go build of $b failed (output above)"
     mv "$BIN/$b.tmp" "$BIN/$b"
@@ -147,12 +152,10 @@ else
     || die "$BIN/kube-apiserver --version says '$("$BIN/kube-apiserver" --version)', expected v$KUBE_BUILD_VERSION"
   echo "$stamp" > "$BIN/.stamp"
   keep "kubernetes/$stamp" "${BINARIES[@]}" pause
-  trim_go_caches
 fi
 
-# 2. CoreDNS, the same way from its own module, with its own stamp (a CoreDNS bump rebuilds only CoreDNS).
-stamp=$(cat tools/kube/coredns/go.mod tools/kube/coredns/go.sum tools/kube/coredns/main.go tools/kube/build.sh \
-  <(echo "$go_version") \
+# 2. CoreDNS, the same way from the same module, with its own stamp (its main.go changes only CoreDNS).
+stamp=$(cat tools/kube/go.mod tools/kube/go.sum tools/kube/coredns/main.go tools/kube/build.sh <(echo "$go_version") \
   | sha256sum | cut -d' ' -f1)
 if [ -x "$BIN/coredns" ] && [ "$(cat "$BIN/.stamp-coredns" 2>/dev/null)" = "$stamp" ]; then
   say "CoreDNS $COREDNS_VERSION is built ($BIN/coredns)"
@@ -163,8 +166,8 @@ else
   rm -f "$BIN/.stamp-coredns"
   start=$SECONDS
   say "CoreDNS $COREDNS_VERSION from source (Go caches in $GO_CACHE)"
-  (cd tools/kube/coredns && go mod download) || die "go mod download failed (needs the Go module proxy $GOPROXY)"
-  (cd tools/kube/coredns && nice -n 10 go build -trimpath -gcflags="$NO_DWARF" -ldflags="-s -w" -o "$BIN/coredns.tmp" .) \
+  (cd tools/kube && go mod download) || die "go mod download failed (needs the Go module proxy $GOPROXY)"
+  (cd tools/kube && nice -n 10 go build -trimpath "${GCFLAGS[@]}" -ldflags="-s -w" -o "$BIN/coredns.tmp" ./coredns) \
     || die "go build of coredns failed (output above)"
   mv "$BIN/coredns.tmp" "$BIN/coredns"
   version=$("$BIN/coredns" -version) # first line CoreDNS-<version>; read whole (grep -q would close the pipe early)
@@ -174,6 +177,7 @@ else
   keep "coredns/$stamp" coredns
   say "  coredns built in $((SECONDS - start)) s"
 fi
+trim_go_caches
 
 # 3. The CRDs, from the released modules (go mod download verifies them against the checksum database; the h1: sum
 #    pinned in versions.env fixes the exact content).
