@@ -41,6 +41,7 @@ from tests.support.canary import CFG, CanaryTiming, measure_timing, record_basel
 from tests.support.crowd import crowd
 from tests.support.images import CPU_TARGET
 from tests.support.kube_node import NODE, NodeCluster, Watch, WatchEvent
+from tests.support.terminal import say
 from tests.support.vllm_server import GOOD_MODEL, start
 
 REPO = Path(__file__).resolve().parents[2]
@@ -206,18 +207,21 @@ class Reference:
 
 @pytest.fixture(scope="session")  # set up before the module's crowd lock: it starts while the lock is waited for
 @tiers.needs("integration", "starts a vLLM CPU server on this machine")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+def reference(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Reference:
     """The pods' canary baseline and the module's timings, from the good model on a vLLM CPU server on this machine,
     stopped before the release is installed: nothing here asks it anything later, and through the module's ~20 minutes
     it would hold ~2.5 GB and its idle polling (~1 CPU-s a minute) beside the pods. The shared session server of the
     integration tests (tests/conftest.py) stays up for its session, whose tests ask it."""
     tmp = tmp_path_factory.mktemp("reference")
+    say(request.config, "reference: starting a vLLM CPU server for the pods' baseline")
     server = start(GOOD_MODEL, "smollm2-135m-instruct", tmp)
     try:
         baseline = record_baseline(server.base_url, tmp / "baseline.json")
-        return Reference(baseline, measure_timing(server.base_url, baseline))
+        timing = measure_timing(server.base_url, baseline)
     finally:
         server.stop()
+    say(request.config, f"reference: baseline recorded, a canary run takes {timing.run:.1f} s; its server stopped")
+    return Reference(baseline, timing)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -332,6 +336,7 @@ def release(
     built_images: dict,
     reference: Reference,
     tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[dict[str, Any]]:
     """`helm install`, watched from before it starts until the pod is in the Service: the EndpointSlice and pod
     histories, and the sidecar's canary passes at the moment the pod joined, are what the first test judges."""
@@ -341,6 +346,7 @@ def release(
     pods = Pods(cluster)
     slices, server_pods = watches(cluster)
     with slices, server_pods:
+        say(request.config, "release: helm install")
         helm(cluster, "install", RELEASE, str(CHART), "-n", NS, "-f", str(tmp / "values.yaml"))
 
         def joined(events: list[WatchEvent]) -> str | None:
@@ -357,6 +363,7 @@ def release(
             )  # fmt: skip
             pytest.fail(f"{e}\n{logs.stdout}{logs.stderr}")
         passes = canary_passes(pods.metrics(states(server_pods.events)[-1][name]))  # at once: the pass it joined on
+        say(request.config, f"release: pod {name} in the Service")
         install = {
             "pod": name,
             "passes_when_joined": passes,
