@@ -31,6 +31,28 @@ def test_machine_cpu_reads_busy_and_idle_from_proc_stat() -> None:
     assert 0.5 * wall * (os.cpu_count() or 1) < busy + idle < 2 * wall * (os.cpu_count() or 1) + 0.1
 
 
+def test_machine_stalls_reads_the_pressure_totals(tmp_path: Path) -> None:
+    (tmp_path / "cpu").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=3000000\n")
+    (tmp_path / "io").write_text(
+        "some avg10=1.00 avg60=2.00 avg300=3.00 total=12500000\nfull avg10=0.50 avg60=1.00 avg300=1.00 total=2000000\n"
+    )
+    (tmp_path / "memory").write_text(
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=400000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=100000\n"
+    )
+    got = cpu_sampler.machine_stalls(tmp_path)
+    assert got == {"cpu": 3.0, "io": 12.5, "io full": 2.0, "memory": 0.4, "memory full": 0.1}, got
+    # A file of another shape, or none, is no reading: never zeros that would say the run waited for nothing.
+    (tmp_path / "memory").write_text("some avg10=0.00\n")
+    assert cpu_sampler.machine_stalls(tmp_path) is None
+    assert cpu_sampler.machine_stalls(tmp_path / "absent") is None
+    # This machine's: read where the kernel keeps them, and never going back.
+    first = cpu_sampler.machine_stalls()
+    if cpu_sampler.PRESSURE.is_dir():
+        assert first is not None and {"cpu", "io", "io full", "memory", "memory full"} <= first.keys(), first
+        second = cpu_sampler.machine_stalls()
+        assert second is not None and all(second[k] >= v for k, v in first.items()), (first, second)
+
+
 @pytest.mark.parametrize(
     ("comm", "cmd", "want"),
     [

@@ -284,6 +284,24 @@ def test_the_watch_says_where_the_machines_cpu_went(tmp_path: Path, monkeypatch:
     blind.report()
 
 
+def test_the_watch_says_how_long_the_run_waited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pressure stall minutes over the run, each from two readings; none claimed where the kernel keeps none."""
+    start = {"cpu": 10.0, "io": 100.0, "io full": 50.0, "memory": 5.0, "memory full": 1.0}
+    end = {"cpu": 130.0, "io": 400.0, "io full": 110.0, "memory": 65.0, "memory full": 7.0}
+    reads = iter([start, end])
+    monkeypatch.setattr(testrun, "machine_stalls", lambda: next(reads))
+    watch = testrun.ResourceWatch(tmp_path, every=60)
+    line = watch.waits()
+    watch.report()
+    assert "waited for a core 2.0 min, on I/O 5.0 (every one at once 1.0), for memory 1.0 (every one at once 0.1)" in (
+        line
+    ), line
+    monkeypatch.setattr(testrun, "machine_stalls", lambda: None)
+    blind = testrun.ResourceWatch(tmp_path, every=60)
+    assert blind.waits() == "waits: /proc/pressure is not readable here"
+    blind.report()
+
+
 def test_each_part_says_the_cpu_time_it_and_its_children_took(
     fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -301,6 +319,8 @@ def test_each_part_says_the_cpu_time_it_and_its_children_took(
     [machine] = [line for line in out if line.startswith("make test: CPU: ")]
     parts = float(machine.split(" and what they waited for took ")[1].split(",")[0])
     assert parts >= 2 / 60, machine
+    # ... and how long it waited, the last line.
+    assert out[-1].startswith("make test: waits: "), out[-3:]
 
 
 def test_a_part_says_it_ended_when_it_ends_not_when_it_is_waited_for(

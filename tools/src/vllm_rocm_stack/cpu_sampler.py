@@ -61,6 +61,26 @@ def machine_cpu(stat: str | None = None) -> tuple[float, float] | None:
     return None
 
 
+PRESSURE = Path("/proc/pressure")
+
+
+def machine_stalls(pressure: Path = PRESSURE) -> dict[str, float] | None:
+    """The seconds since boot that tasks stalled (the kernel's pressure stall information): `cpu` (some task runnable
+    but waiting for a core), `io` and `memory` (some task waiting on them), `io full` and `memory full` (every task
+    that had work waiting at once). A busy neighbour hides a run's waits from /proc/stat, since it fills the idle
+    time they leave; these count them still. None where the kernel does not keep them (before 4.20, or psi=0)."""
+    stalls: dict[str, float] = {}
+    try:
+        for resource in ("cpu", "io", "memory"):
+            for line in (pressure / resource).read_text().splitlines():
+                kind, *fields = line.split()
+                total = dict(f.split("=", 1) for f in fields)["total"]
+                stalls[resource if kind == "some" else f"{resource} {kind}"] = int(total) / 1e6
+    except (OSError, ValueError, KeyError):
+        return None
+    return stalls
+
+
 def group(comm: str, cmd: str) -> str:
     """What a host process is, for the report."""
     exe = os.path.basename(cmd.split(" ", 1)[0]) if cmd else comm

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from . import kube_build
 from .config import REPO, WORK
-from .cpu_sampler import machine_cpu
+from .cpu_sampler import machine_cpu, machine_stalls
 
 # The sessions: name, marker expression, whether it waits for the vLLM CPU setup. Several side by side, not one: the
 # kernel shares the CPU by session (autogroup scheduling), so on 2 cores shared with another busy process the run
@@ -127,6 +127,7 @@ class ResourceWatch:
         self.low_at = 0.0
         self.mem_low, self.mem_low_at = mem_available(), 0.0
         self.cpu0 = machine_cpu()
+        self.stalls0 = machine_stalls()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -169,6 +170,21 @@ class ResourceWatch:
             f"(idle {idle / 60:.1f}); the parts above and what they waited for took {parts / 60:.1f}, the rest "
             f"{max(0.0, busy - parts) / 60:.1f} (containers, pods, vLLM's workers, the clusters' daemons, the kernel, "
             "anything else on the machine)"
+        )
+
+    def waits(self) -> str:
+        """How long the run's processes waited, whatever else ran (cpu_sampler.machine_stalls): with a busy neighbour
+        on the machine idle stays near 0 even while the run waits on the disk or for memory, since the neighbour
+        runs then; these minutes say such waits happened."""
+        now = machine_stalls()
+        if self.stalls0 is None or now is None:
+            return "waits: /proc/pressure is not readable here"
+        wall = time.monotonic() - self.t0
+        d = {k: (now[k] - v) / 60 for k, v in self.stalls0.items() if k in now}
+        return (
+            f"waits: of the {wall / 60:.1f} min, some process waited for a core {d.get('cpu', 0.0):.1f} min, on I/O "
+            f"{d.get('io', 0.0):.1f} (every one at once {d.get('io full', 0.0):.1f}), for memory "
+            f"{d.get('memory', 0.0):.1f} (every one at once {d.get('memory full', 0.0):.1f})"
         )
 
 
@@ -341,6 +357,7 @@ def run(pytest_args: list[str] | None) -> int:
                 print(f"[{s.name}] {line}")
     print(f"make test: {watch.report()}")
     print(f"make test: {watch.cpu(sum(sum(p.cpu) for p in parts if p.cpu is not None))}")
+    print(f"make test: {watch.waits()}")
     if codes["setup-kube"] != 0:
         print(f"make test: the Kubernetes build failed ({tmp}/setup-kube.log; tools/kube/build.sh)", file=sys.stderr)
     if early != 0:  # not the run's verdict: the system session's build made them again, or failed saying why
