@@ -41,7 +41,11 @@ def test_machine_stalls_reads_the_pressure_totals(tmp_path: Path) -> None:
     )
     got = cpu_sampler.machine_stalls(tmp_path)
     assert got == {"cpu": 3.0, "io": 12.5, "io full": 2.0, "memory": 0.4, "memory full": 0.1}, got
-    # A file of another shape, or none, is no reading: never zeros that would say the run waited for nothing.
+    # A file of another shape, a missing line, or none, is no reading: never zeros that would say nothing waited.
+    io = (tmp_path / "io").read_text()
+    (tmp_path / "io").write_text(io.splitlines()[0] + "\n")
+    assert cpu_sampler.machine_stalls(tmp_path) is None
+    (tmp_path / "io").write_text(io)
     (tmp_path / "memory").write_text("some avg10=0.00\n")
     assert cpu_sampler.machine_stalls(tmp_path) is None
     assert cpu_sampler.machine_stalls(tmp_path / "absent") is None

@@ -62,13 +62,15 @@ def machine_cpu(stat: str | None = None) -> tuple[float, float] | None:
 
 
 PRESSURE = Path("/proc/pressure")
+STALLS = ("cpu", "io", "io full", "memory", "memory full")
 
 
 def machine_stalls(pressure: Path = PRESSURE) -> dict[str, float] | None:
     """The seconds since boot that tasks stalled (the kernel's pressure stall information): `cpu` (some task runnable
     but waiting for a core), `io` and `memory` (some task waiting on them), `io full` and `memory full` (every task
     that had work waiting at once). A busy neighbour hides a run's waits from /proc/stat, since it fills the idle
-    time they leave; these count them still. None where the kernel does not keep them (before 4.20, or psi=0)."""
+    time they leave; these count them still. Machine-wide: the neighbour's waits count too. None where the kernel
+    does not keep them all (before 4.20, or psi=0), never a partial reading whose gaps would read as no wait."""
     stalls: dict[str, float] = {}
     try:
         for resource in ("cpu", "io", "memory"):
@@ -78,7 +80,7 @@ def machine_stalls(pressure: Path = PRESSURE) -> dict[str, float] | None:
                 stalls[resource if kind == "some" else f"{resource} {kind}"] = int(total) / 1e6
     except (OSError, ValueError, KeyError):
         return None
-    return stalls
+    return stalls if all(k in stalls for k in STALLS) else None
 
 
 def group(comm: str, cmd: str) -> str:

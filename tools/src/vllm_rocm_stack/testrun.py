@@ -34,7 +34,7 @@ from pathlib import Path
 
 from . import kube_build
 from .config import REPO, WORK
-from .cpu_sampler import machine_cpu, machine_stalls
+from .cpu_sampler import STALLS, machine_cpu, machine_stalls
 
 # The sessions: name, marker expression, whether it waits for the vLLM CPU setup. Several side by side, not one: the
 # kernel shares the CPU by session (autogroup scheduling), so on 2 cores shared with another busy process the run
@@ -173,18 +173,18 @@ class ResourceWatch:
         )
 
     def waits(self) -> str:
-        """How long the run's processes waited, whatever else ran (cpu_sampler.machine_stalls): with a busy neighbour
-        on the machine idle stays near 0 even while the run waits on the disk or for memory, since the neighbour
-        runs then; these minutes say such waits happened."""
+        """How long processes on the machine waited while the run lasted (cpu_sampler.machine_stalls; a neighbour's
+        waits count too): with a busy neighbour idle stays near 0 even while the run waits on the disk or for
+        memory, since the neighbour runs then; these minutes say such waits happened."""
         now = machine_stalls()
         if self.stalls0 is None or now is None:
             return "waits: /proc/pressure is not readable here"
         wall = time.monotonic() - self.t0
-        d = {k: (now[k] - v) / 60 for k, v in self.stalls0.items() if k in now}
+        d = {k: (now[k] - self.stalls0[k]) / 60 for k in STALLS}
         return (
-            f"waits: of the {wall / 60:.1f} min, some process waited for a core {d.get('cpu', 0.0):.1f} min, on I/O "
-            f"{d.get('io', 0.0):.1f} (every one at once {d.get('io full', 0.0):.1f}), for memory "
-            f"{d.get('memory', 0.0):.1f} (every one at once {d.get('memory full', 0.0):.1f})"
+            f"waits: of the {wall / 60:.1f} min, some process waited for a core {d['cpu']:.1f} min, on I/O "
+            f"{d['io']:.1f} (every one at once {d['io full']:.1f}), for memory {d['memory']:.1f} (every one at once "
+            f"{d['memory full']:.1f})"
         )
 
 
