@@ -60,7 +60,10 @@ BAD = f"/models/{SERVED}-perturbed"
 START_TIMEOUT = 900
 # Greedy completions this long tell the perturbed model from the right one (it often still gets a short sum right).
 MAX_TOKENS = 16
-pytestmark = [pytest.mark.system, pytest.mark.crowd, pytest.mark.timeout(3600)]
+# `reference` first, before the node's session fixtures: its vLLM server runs while the images are still being built
+# and the cluster started, not after them (run 48, fresh clone: 2.7 min of the session's chain, after the images
+# arrived 19.8 min in).
+pytestmark = [pytest.mark.system, pytest.mark.crowd, pytest.mark.timeout(3600), pytest.mark.usefixtures("reference")]
 
 
 def helm(
@@ -205,7 +208,7 @@ class Reference:
     timing: CanaryTiming
 
 
-@pytest.fixture(scope="session")  # set up before the module's crowd lock: it starts while the lock is waited for
+@pytest.fixture(scope="session")  # set up before the crowd lock, the images and the node (pytestmark)
 @tiers.needs("integration", "starts a vLLM CPU server on this machine")
 def reference(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Reference:
     """The pods' canary baseline and the module's timings, from the good model on a vLLM CPU server on this machine,
