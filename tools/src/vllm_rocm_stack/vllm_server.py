@@ -38,8 +38,8 @@ CPU_ARGS = ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
 # cache (TORCHINDUCTOR_CACHE_DIR) and only traces: 51 CPU-s with a warm cache against 97, the same cold (110-131
 # against 119-120; SmolLM2-135M, idle 2-core machine, 2026-12-06). That is a compile-mode server started again on its
 # cache (`make run` without --enforce-eager, a restarted container or pod). The test suite has no such start: its
-# servers run eager or -O0, and its two compile-mode starts (the node tests' qualification Job, under qualify's own
-# cache, and the pod rolled out onto its report) each find their cache cold.
+# servers run eager or -O0, and its two compile-mode starts in pods (the node tests' qualification Job, under
+# qualify's own cache, and the pod rolled out onto its report) run without inductor (images/standin.py, STANDIN_ENV).
 CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1", "VLLM_USE_AOT_COMPILE": "0"}
 
 
